@@ -1,0 +1,2 @@
+// tapegrad: the umbrella header a model includes.
+#pragma once
