@@ -1,0 +1,281 @@
+// The graph and the generic reverse-mode engine (see graph.hpp for the rules it keeps).
+//
+// Note [overwrite-bug mode]
+// A classic backprop bug writes each gradient contribution into its slot instead of adding it,
+// so when contributions meet only the last one survives. Contributions meet in two places: a
+// value consumed by several nodes (its slot is reached once per consumer), and rows of a gathered
+// table hit by repeated indices (the gather's backward scatters one row per index). Both go
+// through BackwardContext::accumulate / accumulate_rows, so the mode is one flag here and not a
+// branch in any op. Sums inside one op's own backward (a matmul's inner products, a bias's
+// column sums) are the op's arithmetic, not contributions meeting, and stay sums. The tiny
+// step's reference reproduces the bug with `accumulate=False`; tests/graph checks both places.
+#include "graph/graph.hpp"
+
+#include "ops/kernels.hpp"
+
+namespace tapegrad {
+
+const char* value_kind_name(ValueKind k) {
+  switch (k) {
+    case ValueKind::parameter: return "parameter";
+    case ValueKind::input: return "input";
+    case ValueKind::activation: return "activation";
+  }
+  return "?";
+}
+
+const char* grad_event_kind_name(GradEvent::Kind k) {
+  switch (k) {
+    case GradEvent::Kind::set: return "set";
+    case GradEvent::Kind::added: return "added";
+    case GradEvent::Kind::overwritten: return "overwritten";
+  }
+  return "?";
+}
+
+// ---- Var
+
+Graph& Var::graph() const {
+  if (!g_) throw Error("[var] this Var is empty (default-constructed)");
+  return *g_;
+}
+const Tensor& Var::value() const { return graph().checked(*this).data; }
+const Tensor& Var::grad() const { return graph().checked(*this).grad; }
+bool Var::requires_grad() const { return graph().checked(*this).requires_grad; }
+const std::string& Var::label() const { return graph().checked(*this).label; }
+Var& Var::label(std::string name) {
+  graph().checked(*this);
+  g_->value(id_).label = std::move(name);
+  return *this;
+}
+
+// ---- Graph: values
+
+const Value& Graph::checked(const Var& v) const {
+  if (v.g_ != this) throw Error("[var] this Var belongs to another graph");
+  bool in_range = v.id_ < 0 ? static_cast<size_t>(-v.id_ - 1) < params_.size()
+                            : static_cast<size_t>(v.id_) < values_.size();
+  if (!in_range || value(v.id_).serial != v.serial_)
+    throw Error("[var] value " + std::to_string(v.id_) +
+                " was dropped by clear() or rewind(); Vars of activations live for one step");
+  return value(v.id_);
+}
+
+Var Graph::push_value(std::vector<Value>& into, int32_t id, Tensor data, ValueKind kind, bool requires_grad,
+                      std::string label) {
+  Value& v = into.emplace_back();
+  v.data = std::move(data);
+  v.kind = kind;
+  v.requires_grad = requires_grad;
+  v.serial = next_serial_++;
+  v.label = std::move(label);
+  return Var(this, id, v.serial);
+}
+
+Var Graph::parameter(Tensor value, std::string label) {
+  if (!value.defined()) throw Error("[parameter] needs a defined tensor");
+  if (!is_floating(value.dtype()))
+    throw Error(std::string("[parameter] parameters must be floating point, got ") + dtype_name(value.dtype()));
+  int32_t id = -static_cast<int32_t>(params_.size()) - 1;
+  return push_value(params_, id, std::move(value), ValueKind::parameter, true, std::move(label));
+}
+
+Var Graph::input(Tensor value, std::string label) {
+  if (!value.defined()) throw Error("[input] needs a defined tensor");
+  return push_value(values_, static_cast<int32_t>(values_.size()), std::move(value), ValueKind::input, false,
+                    std::move(label));
+}
+
+std::vector<Var> Graph::parameters() const {
+  std::vector<Var> out;
+  out.reserve(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i)
+    out.push_back(Var(const_cast<Graph*>(this), -static_cast<int32_t>(i) - 1, params_[i].serial));
+  return out;
+}
+
+Var Graph::var(int32_t id) {
+  Value& v = value(id);
+  return Var(this, id, v.serial);
+}
+
+Var Graph::record(const char* op, Tensor out, std::initializer_list<Var> inputs, BackwardFn backward, Node** node) {
+  bool needs = false;
+  if (grad_enabled_)
+    for (const Var& in : inputs) needs = needs || checked(in).requires_grad;
+  int32_t id = static_cast<int32_t>(values_.size());
+  Var result = push_value(values_, id, std::move(out), ValueKind::activation, needs, "");
+  if (node) *node = nullptr;
+  if (needs) {
+    if (freed_) throw Error(std::string("[") + op + "] this tape was freed by backward(); call clear() before recording the next step");
+    Node& n = nodes_.emplace_back();
+    n.op = op;
+    n.backward = backward;
+    n.output = id;
+    TG_CHECK(inputs.size() <= n.inputs.size(), "too many inputs for one node");
+    for (const Var& in : inputs) n.inputs[n.n_inputs++] = in.id_;
+    if (node) *node = &n;
+  }
+  return result;
+}
+
+void Graph::zero_grad() {
+  for (Value& p : params_) p.grad = Tensor();
+}
+
+void Graph::clear() {
+  values_.clear();
+  nodes_.clear();
+  freed_ = false;
+}
+
+void Graph::rewind(size_t mark) {
+  TG_CHECK(mark <= values_.size(), "rewind past the end of the tape");
+  values_.resize(mark);
+  while (!nodes_.empty() && static_cast<size_t>(nodes_.back().output) >= mark) nodes_.pop_back();
+}
+
+// ---- the engine
+
+void Graph::backward(Var loss, const BackwardOptions& options) {
+  const Value& l = checked(loss);
+  if (l.data.numel() != 1)
+    throw Error("[backward] needs a scalar loss, got shape " + l.data.shape().str() +
+                "; reduce it first, e.g. ops::mean(x) or ops::sum(x)");
+  if (!l.requires_grad)
+    throw Error("[backward] the loss does not depend on any parameter (was it computed under NoGrad?)");
+  if (freed_)
+    throw Error("[backward] this tape was already freed by an earlier backward(); pass "
+                "{.retain_graph = true} to the first backward() to run it twice");
+
+  for (Value& v : values_) v.grad = Tensor();
+  Tensor seed = Tensor::empty(l.data.shape(), l.data.dtype(), l.data.device());
+  kernels::fill(seed, 1.0);
+  value(loss.id_).grad = seed;
+
+  for (size_t i = nodes_.size(); i-- > 0;) {
+    const Node& n = nodes_[i];
+    if (!values_[static_cast<size_t>(n.output)].grad.defined()) continue;  // not on the loss's path
+    if (options.record) options.record->visits.push_back(static_cast<int32_t>(i));
+    BackwardContext ctx(*this, n, static_cast<int32_t>(i), options);
+    n.backward(ctx);
+  }
+
+  if (!options.retain_graph) {
+    for (Node& n : nodes_) n.saved = {};
+    freed_ = true;
+  }
+}
+
+// ---- BackwardContext
+
+const Tensor& BackwardContext::grad_output() const { return g_.value(node_->output).grad; }
+const Tensor& BackwardContext::output() const { return g_.value(node_->output).data; }
+const Tensor& BackwardContext::input(int k) const {
+  return g_.value(node_->inputs[static_cast<size_t>(k)]).data;
+}
+bool BackwardContext::needs_grad(int k) const {
+  return g_.value(node_->inputs[static_cast<size_t>(k)]).requires_grad;
+}
+
+namespace {
+
+void check_contribution(const char* op, int k, const Tensor& target, const Tensor& c, const char* what) {
+  if (!(c.shape() == target.shape()) || c.dtype() != target.dtype() || !(c.device() == target.device()))
+    throw Error(std::string("[engine] the backward of ") + op + " gave input " + std::to_string(k) + " " + what +
+                " of shape " + c.shape().str() + " " + dtype_name(c.dtype()) + " on " + c.device().str() +
+                ", but that input is " + target.shape().str() + " " + dtype_name(target.dtype()) + " on " +
+                target.device().str());
+}
+
+// A slot we are about to modify in place must not share storage with a tensor someone else holds.
+void make_private(Tensor& slot) {
+  if (!slot.unique()) slot = slot.clone();
+}
+
+}  // namespace
+
+void BackwardContext::accumulate(int k, const Tensor& contribution) {
+  int32_t to = node_->inputs[static_cast<size_t>(k)];
+  Value& target = g_.value(to);
+  if (!target.requires_grad) return;
+  check_contribution(node_->op, k, target.data, contribution, "a gradient");
+
+  GradEvent ev;
+  if (!target.grad.defined()) {
+    target.grad = contribution;
+    ev.kind = GradEvent::Kind::set;
+  } else if (options_.overwrite_bug) {
+    if (options_.record) ev.discarded = target.grad.clone();
+    target.grad = contribution;
+    ev.kind = GradEvent::Kind::overwritten;
+  } else {
+    make_private(target.grad);
+    kernels::binary(kernels::Binary::add, target.grad, contribution, target.grad);
+    ev.kind = GradEvent::Kind::added;
+  }
+  if (options_.record) {
+    ev.node = node_index_;
+    ev.to_value = to;
+    ev.input_slot = k;
+    ev.contribution = contribution.clone();
+    options_.record->events.push_back(std::move(ev));
+  }
+}
+
+void BackwardContext::accumulate_rows(int k, const Tensor& ids, const Tensor& rows) {
+  int32_t to = node_->inputs[static_cast<size_t>(k)];
+  Value& target = g_.value(to);
+  if (!target.requires_grad) return;
+  const Tensor& table = target.data;
+  if (table.ndim() != 2 || rows.ndim() != 2 || ids.ndim() != 1 || rows.dim(0) != ids.dim(0) ||
+      rows.dim(1) != table.dim(1) || rows.dtype() != table.dtype())
+    throw Error(std::string("[engine] the backward of ") + node_->op + " gave input " + std::to_string(k) +
+                " rows of shape " + rows.shape().str() + " at ids " + ids.shape().str() +
+                ", which do not fit its table " + table.shape().str());
+
+  if (options_.record) {  // per-row events, computed on the host before the slot changes
+    std::vector<double> id_list = ids.to_doubles();
+    std::vector<bool> written(static_cast<size_t>(table.dim(0)), target.grad.defined());
+    Tensor before = target.grad.defined() ? target.grad.to(Device::cpu()) : Tensor();
+    Tensor host_rows = rows.to(Device::cpu());
+    int64_t d = table.dim(1);
+    for (size_t i = 0; i < id_list.size(); ++i) {
+      int64_t r = static_cast<int64_t>(id_list[i]);
+      if (r < 0 || r >= table.dim(0)) break;  // the kernel below reports it
+      GradEvent ev;
+      ev.node = node_index_;
+      ev.to_value = to;
+      ev.input_slot = k;
+      ev.row = r;
+      ev.contribution = Tensor::empty(Shape{d}, rows.dtype());
+      std::memcpy(ev.contribution.raw_data(),
+                  static_cast<const char*>(host_rows.raw_data()) + static_cast<size_t>(i * d) * dtype_size(rows.dtype()),
+                  static_cast<size_t>(d) * dtype_size(rows.dtype()));
+      if (!written[static_cast<size_t>(r)]) {
+        ev.kind = GradEvent::Kind::set;
+      } else if (options_.overwrite_bug) {
+        ev.kind = GradEvent::Kind::overwritten;
+        // The row as it stands before this write: the previous contribution, or the earlier gradient.
+        ev.discarded = Tensor::empty(Shape{d}, rows.dtype());
+        const GradEvent* prev = nullptr;
+        for (auto it = options_.record->events.rbegin(); it != options_.record->events.rend(); ++it)
+          if (it->node == node_index_ && it->to_value == to && it->row == r) { prev = &*it; break; }
+        if (prev) ev.discarded = prev->contribution.clone();
+        else std::memcpy(ev.discarded.raw_data(),
+                         static_cast<const char*>(before.raw_data()) + static_cast<size_t>(r * d) * dtype_size(rows.dtype()),
+                         static_cast<size_t>(d) * dtype_size(rows.dtype()));
+      } else {
+        ev.kind = GradEvent::Kind::added;
+      }
+      written[static_cast<size_t>(r)] = true;
+      options_.record->events.push_back(std::move(ev));
+    }
+  }
+
+  if (!target.grad.defined()) target.grad = Tensor::zeros(table.shape(), table.dtype(), table.device());
+  else make_private(target.grad);
+  kernels::scatter_rows(target.grad, ids, rows, options_.overwrite_bug);
+}
+
+}  // namespace tapegrad

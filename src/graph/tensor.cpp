@@ -1,0 +1,152 @@
+// Tensor storage, the host backend, the backend registry and the host-fallback counter.
+#include "graph/tensor.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+
+#include "graph/half.hpp"
+
+namespace tapegrad {
+
+namespace {
+
+struct HostBackend final : DeviceBackend {
+  void* allocate(size_t nbytes, int) override {
+    size_t rounded = (nbytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded ? rounded : 64);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  void deallocate(void* ptr, size_t, int) noexcept override { std::free(ptr); }
+  void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) override {
+    TG_CHECK(dst_dev.is_cpu() && src_dev.is_cpu(), "host backend copies host memory only");
+    if (nbytes) std::memcpy(dst, src, nbytes);
+  }
+  void memset_zero(void* ptr, size_t nbytes, int) override {
+    if (nbytes) std::memset(ptr, 0, nbytes);
+  }
+};
+
+HostBackend g_host;
+DeviceBackend* g_backends[2] = {&g_host, nullptr};
+std::atomic<uint64_t> g_host_fallbacks{0};
+
+}  // namespace
+
+DeviceBackend& backend_for(DeviceType type) {
+  DeviceBackend* b = g_backends[static_cast<int>(type)];
+  if (!b) throw DeviceError("[device] this tapegrad was built without CUDA (meson -Dcuda=enabled needs nvcc)");
+  return *b;
+}
+
+void register_backend(DeviceType type, DeviceBackend* backend) { g_backends[static_cast<int>(type)] = backend; }
+
+uint64_t host_fallback_count() { return g_host_fallbacks.load(); }
+void note_host_fallback(const char*) { g_host_fallbacks.fetch_add(1); }
+
+Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev) {
+  data = backend_for(dev.type).allocate(n, dev.index);
+}
+Storage::~Storage() { backend_for(device.type).deallocate(data, nbytes, device.index); }
+
+void Tensor::check_count(size_t n, const Shape& shape) {
+  if (static_cast<int64_t>(n) != shape.numel())
+    throw Error("[tensor] " + std::to_string(n) + " values do not fill shape " + shape.str() + " (" +
+                std::to_string(shape.numel()) + " elements)");
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * dtype_size(dtype), device);
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.zero_();
+  return t;
+}
+
+void Tensor::zero_() {
+  if (storage_) backend_for(device().type).memset_zero(raw_data(), nbytes(), device().index);
+}
+
+Tensor Tensor::from_doubles(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
+  check_count(values.size(), shape);
+  Tensor t = empty(shape, dtype, Device::cpu());
+  for (size_t i = 0; i < values.size(); ++i) {
+    double v = values[i];
+    switch (dtype) {
+      case DType::f64: static_cast<double*>(t.raw_data())[i] = v; break;
+      case DType::f32: static_cast<float*>(t.raw_data())[i] = static_cast<float>(v); break;
+      case DType::bf16: static_cast<uint16_t*>(t.raw_data())[i] = f32_to_bf16(static_cast<float>(v)); break;
+      case DType::f16: static_cast<uint16_t*>(t.raw_data())[i] = f32_to_f16(static_cast<float>(v)); break;
+      case DType::i32: static_cast<int32_t*>(t.raw_data())[i] = static_cast<int32_t>(v); break;
+      case DType::i64: static_cast<int64_t*>(t.raw_data())[i] = static_cast<int64_t>(v); break;
+    }
+  }
+  return device.is_cpu() ? t : t.to(device);
+}
+
+Tensor Tensor::scalar(double value, DType dtype, Device device) { return from_doubles({value}, Shape{}, dtype, device); }
+
+Tensor Tensor::to(Device dst) const {
+  if (!defined() || device() == dst) return *this;
+  Tensor t = empty(shape_, dtype_, dst);
+  t.copy_from(*this);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  if (!defined()) return *this;
+  Tensor t = empty(shape_, dtype_, device());
+  t.copy_from(*this);
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  if (!(src.shape_ == shape_) || src.dtype_ != dtype_)
+    throw Error("[copy] cannot copy a " + std::string(dtype_name(src.dtype_)) + " " + src.shape_.str() +
+                " tensor into a " + dtype_name(dtype_) + " " + shape_.str() + " one");
+  Device a = device(), b = src.device();
+  DeviceBackend& be = backend_for(a.is_cpu() ? b.type : a.type);
+  be.copy(raw_data(), a, src.raw_data(), b, nbytes());
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  if (shape.numel() != numel())
+    throw Error("[reshape] cannot reshape " + shape_.str() + " (" + std::to_string(numel()) + " elements) to " +
+                shape.str() + " (" + std::to_string(shape.numel()) + " elements)");
+  Tensor t = *this;
+  t.shape_ = shape;
+  return t;
+}
+
+std::vector<double> Tensor::to_doubles() const {
+  Tensor h = to(Device::cpu());
+  std::vector<double> out(static_cast<size_t>(numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const void* p = h.raw_data();
+    switch (dtype_) {
+      case DType::f64: out[i] = static_cast<const double*>(p)[i]; break;
+      case DType::f32: out[i] = static_cast<const float*>(p)[i]; break;
+      case DType::bf16: out[i] = bf16_to_f32(static_cast<const uint16_t*>(p)[i]); break;
+      case DType::f16: out[i] = f16_to_f32(static_cast<const uint16_t*>(p)[i]); break;
+      case DType::i32: out[i] = static_cast<const int32_t*>(p)[i]; break;
+      case DType::i64: out[i] = static_cast<double>(static_cast<const int64_t*>(p)[i]); break;
+    }
+  }
+  return out;
+}
+
+double Tensor::item() const {
+  if (numel() != 1) throw Error("[item] needs a tensor of one element, got shape " + shape_.str());
+  return to_doubles()[0];
+}
+
+}  // namespace tapegrad

@@ -1,0 +1,84 @@
+// Tensor: a cheap handle to shared storage (bytes on one device) + dtype + shape.
+//
+// Rules: storage is contiguous and row-major; copying a Tensor copies the handle, not the bytes
+// (clone() copies bytes); a kernel writes into an output tensor its caller allocated. Element
+// access through data<T>() is for host tensors only and checks the dtype.
+#pragma once
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph/backend.hpp"
+#include "graph/dtype.hpp"
+#include "graph/error.hpp"
+#include "graph/shape.hpp"
+
+namespace tapegrad {
+
+struct Storage {
+  void* data = nullptr;
+  size_t nbytes = 0;
+  Device device;
+
+  Storage(size_t n, Device dev);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
+  // A host tensor holding `values` converted to dtype, then moved to `device`.
+  static Tensor from_doubles(const std::vector<double>& values, const Shape& shape, DType dtype,
+                             Device device = Device::cpu());
+  template <class T>
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu()) {
+    check_count(values.size(), shape);
+    Tensor t = empty(shape, dtype_of<T>(), Device::cpu());
+    if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+    return device.is_cpu() ? t : t.to(device);
+  }
+  static Tensor scalar(double value, DType dtype, Device device = Device::cpu());
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int ndim() const { return shape_.ndim(); }
+  int64_t dim(int i) const { return shape_[i]; }
+  int64_t numel() const { return shape_.numel(); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device : Device::cpu(); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+
+  void* raw_data() const { return storage_ ? storage_->data : nullptr; }
+  bool unique() const { return storage_.use_count() == 1; }  // no other handle shares the bytes
+  template <class T> T* data() const {
+    if (dtype_of<T>() != dtype_) throw Error(std::string("[tensor] data<") + dtype_name(dtype_of<T>()) +
+                                             ">() on a " + dtype_name(dtype_) + " tensor");
+    if (!device().is_cpu()) throw Error("[tensor] data<T>() on a " + device().str() + " tensor; call .to(cpu) first");
+    return static_cast<T*>(raw_data());
+  }
+
+  Tensor to(Device device) const;            // a copy on `device` (the same handle if already there)
+  Tensor clone() const;                      // a copy of the bytes, same device
+  Tensor reshape(const Shape& shape) const;  // shares storage; numel must match
+  void copy_from(const Tensor& src);         // bytes from src (same shape and dtype, any device)
+  void zero_();
+
+  std::vector<double> to_doubles() const;  // every element widened to double (copies to the host)
+  double item() const;                       // the single element as double
+
+ private:
+  static void check_count(size_t n, const Shape& shape);
+
+  std::shared_ptr<Storage> storage_;
+  Shape shape_;
+  DType dtype_ = DType::f32;
+};
+
+}  // namespace tapegrad

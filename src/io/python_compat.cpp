@@ -1,0 +1,281 @@
+// Python-compatible numerics and strings (see python_compat.hpp): ports of CPython 3.11's
+// float_repr_style 'r', float.__round__, _randommodule.c and the ensure_ascii JSON encoder.
+//
+// Rule: decimal conversions go through exact routines only (std::to_chars for shortest digits,
+// glibc printf for exact decimal expansion, strtod for correctly rounded reading), so no result
+// depends on an intermediate binary rounding. The process keeps the default "C" locale.
+#include "io/python_compat.hpp"
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "graph/error.hpp"
+
+namespace tapegrad::py {
+
+// ---- repr(float) ------------------------------------------------------------------------------
+
+std::string float_repr(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  // Shortest round-trip digits in scientific form: "[-]d[.ddd]e(+|-)XX", at least two exponent
+  // digits, which is also Python's exponent form.
+  char buf[32];
+  const char* end = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific).ptr;
+  const std::string_view sci(buf, static_cast<size_t>(end - buf));
+  const size_t e_pos = sci.find('e');
+  int exponent = 0;
+  std::from_chars(sci.data() + e_pos + (sci[e_pos + 1] == '+' ? 2 : 1), sci.data() + sci.size(), exponent);
+  if (exponent < -4 || exponent >= 16) return std::string(sci);
+
+  const bool negative = sci[0] == '-';
+  std::string digits;  // the significant digits d1 d2 ... without the point: x = 0.d1d2... * 10^(exponent+1)
+  for (char c : sci.substr(negative ? 1 : 0, e_pos - (negative ? 1 : 0)))
+    if (c != '.') digits += c;
+  std::string out = negative ? "-" : "";
+  if (exponent < 0) {  // 0.000ddd
+    out += "0.";
+    out.append(static_cast<size_t>(-exponent - 1), '0');
+    out += digits;
+    return out;
+  }
+  const size_t int_len = static_cast<size_t>(exponent) + 1;
+  if (digits.size() <= int_len) {  // integral: ddd000.0
+    out += digits;
+    out.append(int_len - digits.size(), '0');
+    out += ".0";
+  } else {  // ddd.ddd
+    out += digits.substr(0, int_len);
+    out += '.';
+    out += digits.substr(int_len);
+  }
+  return out;
+}
+
+// ---- round(x, ndigits) --------------------------------------------------------------------------
+
+namespace {
+
+// Note [round with negative ndigits]
+// printf has no negative precision, so |x| is split into its integer part w (exact: trunc) and
+// whether a fraction remains. The decimal digits of w (exact with %.0f, w being an integer) are
+// cut k places from the right; the cut-off tail decides: above 50...0 rounds up, below rounds
+// down, equal rounds up if a fraction remains and half-even otherwise.
+std::string rounded_to_power_of_ten(double x, int k) {
+  const double whole = std::trunc(std::fabs(x));
+  const bool has_fraction = std::fabs(x) != whole;
+  char buf[400];  // DBL_MAX has 309 integer digits
+  std::snprintf(buf, sizeof buf, "%.0f", whole);
+  std::string digits = buf;
+  const size_t places = static_cast<size_t>(k);
+  if (digits.size() < places + 1) digits.insert(0, places + 1 - digits.size(), '0');
+  const size_t keep = digits.size() - places;
+
+  int tail_vs_half = digits[keep] - '5';  // compare the tail with 5 followed by zeros
+  if (tail_vs_half == 0) {
+    const bool rest_zero = digits.find_first_not_of('0', keep + 1) == std::string::npos;
+    tail_vs_half = (!rest_zero || has_fraction) ? 1 : 0;
+  }
+  const bool last_odd = (digits[keep - 1] - '0') % 2 == 1;
+  digits.resize(keep);
+  if (tail_vs_half > 0 || (tail_vs_half == 0 && last_odd)) {  // add one at the last kept digit
+    size_t i = keep;
+    while (i > 0 && digits[i - 1] == '9') digits[--i] = '0';
+    if (i == 0) digits.insert(0, 1, '1');
+    else ++digits[i - 1];
+  }
+  return (std::signbit(x) ? "-" : "") + digits + "e" + std::to_string(k);
+}
+
+}  // namespace
+
+double round(double x, int ndigits) {
+  // CPython's limits: beyond 323 digits every double is already exact; below -308 every double
+  // rounds to a signed zero.
+  constexpr int kMaxDigits = 323;   // (DBL_MANT_DIG - DBL_MIN_EXP) * log10(2)
+  constexpr int kMinDigits = -308;  // -(DBL_MAX_EXP + 1) * log10(2)
+  if (!std::isfinite(x) || ndigits > kMaxDigits) return x;
+  if (ndigits < kMinDigits) return 0.0 * x;
+
+  std::string text;
+  if (ndigits >= 0) {
+    // glibc prints the exact binary value rounded half-even to ndigits places ("-0.00" keeps the sign).
+    char buf[700];  // sign + 309 integer digits + point + 323 digits
+    std::snprintf(buf, sizeof buf, "%.*f", ndigits, x);
+    text = buf;
+  } else {
+    text = rounded_to_power_of_ten(x, -ndigits);  // Note [round with negative ndigits]
+  }
+  errno = 0;
+  const double rounded = std::strtod(text.c_str(), nullptr);
+  if (errno == ERANGE && std::fabs(rounded) >= 1.0)
+    throw Error("[round] rounded value too large to represent: round(" + float_repr(x) + ", " +
+                std::to_string(ndigits) + ")");
+  return rounded;
+}
+
+// ---- random.Random ------------------------------------------------------------------------------
+
+Random::Random(uint64_t seed_magnitude) {
+  // CPython splits |seed| into 32-bit words, least significant first, and keeps at least one.
+  const uint32_t key[2] = {static_cast<uint32_t>(seed_magnitude), static_cast<uint32_t>(seed_magnitude >> 32)};
+  init_by_array(key, key[1] != 0 ? 2 : 1);
+}
+
+Random Random::from_int(int64_t seed) {
+  // Negate in unsigned arithmetic so that |INT64_MIN| = 2^63 does not overflow.
+  const auto bits = static_cast<uint64_t>(seed);
+  return Random(seed < 0 ? ~bits + 1 : bits);
+}
+
+void Random::init_genrand(uint32_t s) {
+  mt_[0] = s;
+  for (int i = 1; i < kN; ++i)
+    mt_[i] = 1812433253U * (mt_[i - 1] ^ (mt_[i - 1] >> 30)) + static_cast<uint32_t>(i);
+  index_ = kN;
+}
+
+void Random::init_by_array(const uint32_t* key, int key_length) {
+  init_genrand(19650218U);
+  int i = 1;
+  int j = 0;
+  for (int k = kN > key_length ? kN : key_length; k > 0; --k) {
+    mt_[i] = (mt_[i] ^ ((mt_[i - 1] ^ (mt_[i - 1] >> 30)) * 1664525U)) + key[j] + static_cast<uint32_t>(j);
+    ++i;
+    ++j;
+    if (i >= kN) {
+      mt_[0] = mt_[kN - 1];
+      i = 1;
+    }
+    if (j >= key_length) j = 0;
+  }
+  for (int k = kN - 1; k > 0; --k) {
+    mt_[i] = (mt_[i] ^ ((mt_[i - 1] ^ (mt_[i - 1] >> 30)) * 1566083941U)) - static_cast<uint32_t>(i);
+    ++i;
+    if (i >= kN) {
+      mt_[0] = mt_[kN - 1];
+      i = 1;
+    }
+  }
+  mt_[0] = 0x80000000U;  // the most significant bit is 1: a non-zero initial state
+}
+
+uint32_t Random::genrand_uint32() {
+  constexpr uint32_t kUpper = 0x80000000U;
+  constexpr uint32_t kLower = 0x7fffffffU;
+  constexpr uint32_t kMag01[2] = {0x0U, 0x9908b0dfU};
+  if (index_ >= kN) {  // generate the next kN words at once
+    int kk = 0;
+    for (; kk < kN - kM; ++kk) {
+      const uint32_t y = (mt_[kk] & kUpper) | (mt_[kk + 1] & kLower);
+      mt_[kk] = mt_[kk + kM] ^ (y >> 1) ^ kMag01[y & 1U];
+    }
+    for (; kk < kN - 1; ++kk) {
+      const uint32_t y = (mt_[kk] & kUpper) | (mt_[kk + 1] & kLower);
+      mt_[kk] = mt_[kk + (kM - kN)] ^ (y >> 1) ^ kMag01[y & 1U];
+    }
+    const uint32_t y = (mt_[kN - 1] & kUpper) | (mt_[0] & kLower);
+    mt_[kN - 1] = mt_[kM - 1] ^ (y >> 1) ^ kMag01[y & 1U];
+    index_ = 0;
+  }
+  uint32_t y = mt_[index_++];
+  y ^= (y >> 11);  // tempering
+  y ^= (y << 7) & 0x9d2c5680U;
+  y ^= (y << 15) & 0xefc60000U;
+  y ^= (y >> 18);
+  return y;
+}
+
+double Random::random() {
+  const uint32_t a = genrand_uint32() >> 5;
+  const uint32_t b = genrand_uint32() >> 6;
+  return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);
+}
+
+double Random::uniform(double a, double b) { return a + (b - a) * random(); }
+
+// ---- json.dumps of a string ---------------------------------------------------------------------
+
+namespace {
+
+void append_u_escape(std::string& out, uint32_t unit) {  // \uXXXX, lowercase hex
+  constexpr char kHex[] = "0123456789abcdef";
+  out += "\\u";
+  for (int shift = 12; shift >= 0; shift -= 4) out += kHex[(unit >> shift) & 0xfU];
+}
+
+[[noreturn]] void invalid_utf8(std::string_view utf8, size_t offset) {
+  char byte[8];
+  std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(utf8[offset])));
+  throw Error("[json_string] invalid UTF-8 at byte offset " + std::to_string(offset) + " (" + byte +
+              "); JSON text must be valid UTF-8");
+}
+
+// The code point of the multi-byte sequence starting at utf8[i]; advances i past it. Strict:
+// rejects stray continuation bytes, truncated sequences, overlong forms, surrogates, > U+10FFFF.
+uint32_t decode_multibyte(std::string_view utf8, size_t& i) {
+  const auto lead = static_cast<unsigned char>(utf8[i]);
+  size_t length = 0;
+  uint32_t cp = 0;
+  uint32_t min_cp = 0;
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2, cp = lead & 0x1fU, min_cp = 0x80;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3, cp = lead & 0x0fU, min_cp = 0x800;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4, cp = lead & 0x07U, min_cp = 0x10000;
+  } else {
+    invalid_utf8(utf8, i);
+  }
+  for (size_t k = 1; k < length; ++k) {
+    if (i + k >= utf8.size()) invalid_utf8(utf8, i);  // truncated at the end: name the lead byte
+    const auto c = static_cast<unsigned char>(utf8[i + k]);
+    if ((c & 0xc0U) != 0x80U) invalid_utf8(utf8, i + k);
+    cp = (cp << 6) | (c & 0x3fU);
+  }
+  if (cp < min_cp || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) invalid_utf8(utf8, i);
+  i += length;
+  return cp;
+}
+
+}  // namespace
+
+std::string json_string(std::string_view utf8) {
+  std::string out;
+  out.reserve(utf8.size() + 2);
+  out += '"';
+  for (size_t i = 0; i < utf8.size();) {
+    const auto c = static_cast<unsigned char>(utf8[i]);
+    if (c >= 0x80) {
+      const uint32_t cp = decode_multibyte(utf8, i);
+      if (cp < 0x10000) {
+        append_u_escape(out, cp);
+      } else {  // UTF-16 surrogate pair
+        append_u_escape(out, 0xd800U + ((cp - 0x10000U) >> 10));
+        append_u_escape(out, 0xdc00U + ((cp - 0x10000U) & 0x3ffU));
+      }
+      continue;
+    }
+    ++i;
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) append_u_escape(out, c);
+        else out += static_cast<char>(c);
+    }
+  }
+  out += '"';
+  return out;
+}
+
+}  // namespace tapegrad::py

@@ -1,0 +1,57 @@
+// Python-compatible numerics and strings: repr(float), round(x, n), random.Random(seed) and the
+// string escaping of json.dumps, each byte- or bit-identical to CPython 3.11.
+//
+// Rule: these exist so that a C++ app prints exactly what the Python reference prints; every
+// function is checked against CPython's own answers (tests/fixtures/gen_python_compat.py). Where
+// CPython raises, we throw tapegrad::Error with the function in brackets.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tapegrad::py {
+
+// repr(x) for a float: the shortest digits that read back as x; exponent form when the decimal
+// exponent is < -4 or >= 16 ("1e-05", "1e+16"), else positional with at least one digit after
+// the point ("0.0001", "100.0"); "inf", "-inf", "nan".
+std::string float_repr(double x);
+
+// round(x, ndigits) for a float: the exact binary value of x rounded to a multiple of
+// 10^-ndigits, half-even on exact ties (round(0.125, 2) == 0.12; round(2.675, 2) == 2.67 since
+// 2.675 is stored as 2.67499999...). Negative ndigits round to tens, hundreds, ...; inf and nan
+// come back unchanged. Throws tapegrad::Error when the result overflows, as CPython does.
+double round(double x, int ndigits);
+
+// random.Random(seed) for an integer seed: MT19937 seeded by init_by_array with the 32-bit
+// little-endian words of |seed| (one word 0 for seed 0), exactly as CPython's random_seed does.
+class Random {
+ public:
+  explicit Random(uint64_t seed_magnitude);
+  // random.Random(seed) for any int64 seed: CPython seeds with |seed| (INT64_MIN included).
+  static Random from_int(int64_t seed);
+
+  uint32_t genrand_uint32();
+  // random(): 53 random bits in [0, 1): (a * 2^26 + b) / 2^53 with a = 27 bits, b = 26 bits.
+  double random();
+  // uniform(a, b) = a + (b - a) * random(), as Python 3.11 writes it.
+  double uniform(double a, double b);
+
+ private:
+  static constexpr int kN = 624;
+  static constexpr int kM = 397;
+  void init_genrand(uint32_t s);
+  void init_by_array(const uint32_t* key, int key_length);
+
+  std::array<uint32_t, kN> mt_{};
+  int index_ = kN;
+};
+
+// The JSON text of a string as json.dumps writes it (ensure_ascii=True), quotes included:
+// \" \\ \n \r \t \b \f; other control characters, DEL (0x7f) and every non-ASCII code point as
+// \u00XX / \uXXXX in lowercase hex, with a surrogate pair above U+FFFF; '/' is not escaped.
+// Throws tapegrad::Error naming the byte offset when utf8 is not valid UTF-8.
+std::string json_string(std::string_view utf8);
+
+}  // namespace tapegrad::py

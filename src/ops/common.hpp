@@ -1,0 +1,47 @@
+// Shared checks for op front-ends: every message starts with the op name in brackets.
+#pragma once
+
+#include <string>
+
+#include "graph/graph.hpp"
+#include "ops/kernels.hpp"
+
+namespace tapegrad::ops::detail {
+
+inline Graph& graph_of(const char* op, std::initializer_list<Var> vs) {
+  Graph* g = nullptr;
+  for (const Var& v : vs) {
+    if (!v.defined()) throw Error(std::string("[") + op + "] an input Var is empty");
+    if (g && &v.graph() != g) throw Error(std::string("[") + op + "] inputs belong to different graphs");
+    g = &v.graph();
+  }
+  return *g;
+}
+
+inline void need_ndim(const char* op, const char* what, const Tensor& t, int ndim) {
+  if (t.ndim() != ndim)
+    throw Error(std::string("[") + op + "] " + what + " must have " + std::to_string(ndim) + " dimension" +
+                (ndim == 1 ? "" : "s") + ", got shape " + t.shape().str());
+}
+
+inline void need_float(const char* op, const char* what, const Tensor& t) {
+  if (t.dtype() != DType::f64 && t.dtype() != DType::f32)
+    throw Error(std::string("[") + op + "] " + what + " must be f64 or f32, got " + dtype_name(t.dtype()));
+}
+
+inline void need_index(const char* op, const char* what, const Tensor& t) {
+  if (!is_integer(t.dtype()))
+    throw Error(std::string("[") + op + "] " + what + " must be i32 or i64 indices, got " + dtype_name(t.dtype()));
+}
+
+inline void same_dtype(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype())
+    throw Error(std::string("[") + op + "] dtypes differ: " + dtype_name(a.dtype()) + " and " + dtype_name(b.dtype()));
+}
+
+inline Tensor like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device()); }
+inline Tensor empty_on(const Shape& s, const Tensor& like_dtype_device) {
+  return Tensor::empty(s, like_dtype_device.dtype(), like_dtype_device.device());
+}
+
+}  // namespace tapegrad::ops::detail

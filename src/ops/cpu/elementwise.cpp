@@ -1,0 +1,92 @@
+// CPU elementwise kernels and in-place optimizer updates (xtensor over flat views).
+#include <cmath>
+
+#include <xtensor/xmath.hpp>
+#include <xtensor/xoperation.hpp>
+
+#include "ops/cpu/cpu_kernels.hpp"
+#include "ops/cpu/dispatch.hpp"
+
+namespace tapegrad::cpu {
+
+void fill(Tensor& out, double value) {
+  dispatch_float("fill", out.dtype(), [&]<class T>() { flat<T>(out).fill(static_cast<T>(value)); });
+}
+
+void unary(Unary op, const Tensor& x, Tensor& y) {
+  dispatch_float(kernels::unary_name(op), x.dtype(), [&]<class T>() {
+    auto X = flat<T>(x);
+    auto Y = flat<T>(y);
+    switch (op) {
+      case Unary::neg: Y = -X; break;
+      case Unary::exp: Y = xt::exp(X); break;
+      case Unary::log: Y = xt::log(X); break;
+      case Unary::tanh: Y = xt::tanh(X); break;
+      case Unary::relu: Y = xt::maximum(X, T(0)); break;
+    }
+  });
+}
+
+void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  dispatch_float(kernels::unary_name(op), x.dtype(), [&]<class T>() {
+    auto X = flat<T>(x);
+    auto Y = flat<T>(y);
+    auto dY = flat<T>(dy);
+    auto dX = flat<T>(dx);
+    switch (op) {
+      case Unary::neg: dX = -dY; break;
+      case Unary::exp: dX = dY * Y; break;
+      case Unary::log: dX = dY / X; break;
+      case Unary::tanh: dX = dY * (T(1) - Y * Y); break;
+      case Unary::relu: dX = xt::where(X > T(0), dY, T(0)); break;
+    }
+  });
+}
+
+void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
+  dispatch_float(kernels::binary_name(op), a.dtype(), [&]<class T>() {
+    auto A = flat<T>(a);
+    auto B = flat<T>(b);
+    auto O = flat<T>(out);
+    switch (op) {
+      case Binary::add: O = A + B; break;
+      case Binary::sub: O = A - B; break;
+      case Binary::mul: O = A * B; break;
+      case Binary::div: O = A / B; break;
+    }
+  });
+}
+
+void scale(const Tensor& x, double s, Tensor& y) {
+  dispatch_float("scale", x.dtype(), [&]<class T>() { flat<T>(y) = flat<T>(x) * static_cast<T>(s); });
+}
+
+void sgd_step(Tensor& param, const Tensor& grad, double lr) {
+  dispatch_float("sgd", param.dtype(), [&]<class T>() {
+    auto P = flat<T>(param);
+    P = P - static_cast<T>(lr) * flat<T>(grad);  // p - lr * g, as the reference writes it
+  });
+}
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s) {
+  if (param.dtype() != DType::f32) throw Error(std::string("[adamw] no CPU kernel for ") + dtype_name(param.dtype()) + " (f32 only)");
+  float* w = param.data<float>();
+  const float* g = grad.data<float>();
+  float* mm = m.data<float>();
+  float* vv = v.data<float>();
+  const float decay = 1.0f - s.lr * s.weight_decay;
+  const float one_minus_b1 = 1.0f - s.beta1, one_minus_b2 = 1.0f - s.beta2;
+  const int64_t n = param.numel();
+  // spec/bob.md: per element, fp32, left to right, no fused multiply-add (-ffp-contract=off).
+  for (int64_t i = 0; i < n; ++i) {
+    float wi = w[i] * decay;
+    float mi = s.beta1 * mm[i] + one_minus_b1 * g[i];
+    float vi = s.beta2 * vv[i] + one_minus_b2 * g[i] * g[i];
+    wi = wi - s.step_size * (mi / (std::sqrt(vi) / s.bc2_sqrt + s.eps));
+    w[i] = wi;
+    mm[i] = mi;
+    vv[i] = vi;
+  }
+}
+
+}  // namespace tapegrad::cpu

@@ -1,0 +1,100 @@
+// Elementwise ops: forward and backward together. Shapes must match exactly (no broadcasting;
+// add_row is the one broadcast the models need).
+#include "ops/common.hpp"
+#include "ops/ops.hpp"
+
+namespace tapegrad::ops {
+
+using namespace detail;
+using kernels::Binary;
+using kernels::Unary;
+
+namespace {
+
+Var binary_op(const char* op, Binary kind, Var a, Var b, BackwardFn backward) {
+  Graph& g = graph_of(op, {a, b});
+  const Tensor& x = a.value();
+  const Tensor& y = b.value();
+  if (!(x.shape() == y.shape()))
+    throw Error(std::string("[") + op + "] shapes " + x.shape().str() + " and " + y.shape().str() +
+                " differ (elementwise ops need equal shapes; add_row broadcasts a bias row)");
+  need_float(op, "input", x);
+  same_dtype(op, x, y);
+  Tensor out = like(x);
+  kernels::binary(kind, x, y, out);
+  return g.record(op, std::move(out), {a, b}, backward);
+}
+
+Var unary_op(Unary kind, Var x, BackwardFn backward) {
+  const char* op = kernels::unary_name(kind);
+  Graph& g = graph_of(op, {x});
+  need_float(op, "input", x.value());
+  Tensor out = like(x.value());
+  kernels::unary(kind, x.value(), out);
+  return g.record(op, std::move(out), {x}, backward);
+}
+
+template <Unary kind>
+void unary_backward(BackwardContext& ctx) {
+  Tensor dx = like(ctx.input(0));
+  kernels::unary_backward(kind, ctx.input(0), ctx.output(), ctx.grad_output(), dx);
+  ctx.accumulate(0, dx);
+}
+
+}  // namespace
+
+// a (s) + b (s) -> (s);  da = dy, db = dy
+Var add(Var a, Var b) {
+  return binary_op("add", Binary::add, a, b, [](BackwardContext& ctx) {
+    ctx.accumulate(0, ctx.grad_output());
+    ctx.accumulate(1, ctx.grad_output());
+  });
+}
+
+// a (s) - b (s) -> (s);  da = dy, db = -dy
+Var sub(Var a, Var b) {
+  return binary_op("sub", Binary::sub, a, b, [](BackwardContext& ctx) {
+    ctx.accumulate(0, ctx.grad_output());
+    if (ctx.needs_grad(1)) {
+      Tensor db = like(ctx.grad_output());
+      kernels::unary(Unary::neg, ctx.grad_output(), db);
+      ctx.accumulate(1, db);
+    }
+  });
+}
+
+// a (s) * b (s) -> (s);  da = dy * b, db = dy * a
+Var mul(Var a, Var b) {
+  return binary_op("mul", Binary::mul, a, b, [](BackwardContext& ctx) {
+    for (int k = 0; k < 2; ++k) {
+      if (!ctx.needs_grad(k)) continue;
+      Tensor d = like(ctx.grad_output());
+      kernels::binary(Binary::mul, ctx.grad_output(), ctx.input(1 - k), d);
+      ctx.accumulate(k, d);
+    }
+  });
+}
+
+// x (s) * s -> (s);  dx = dy * s
+Var scale(Var x, double s) {
+  Graph& g = graph_of("scale", {x});
+  need_float("scale", "input", x.value());
+  Tensor out = like(x.value());
+  kernels::scale(x.value(), s, out);
+  Node* node = nullptr;
+  Var y = g.record("scale", std::move(out), {x}, [](BackwardContext& ctx) {
+    Tensor dx = like(ctx.grad_output());
+    kernels::scale(ctx.grad_output(), ctx.scalar(), dx);
+    ctx.accumulate(0, dx);
+  }, &node);
+  if (node) node->scalar = s;
+  return y;
+}
+
+Var neg(Var x) { return unary_op(Unary::neg, x, unary_backward<Unary::neg>); }    // dx = -dy
+Var exp(Var x) { return unary_op(Unary::exp, x, unary_backward<Unary::exp>); }    // dx = dy * exp(x)
+Var log(Var x) { return unary_op(Unary::log, x, unary_backward<Unary::log>); }    // dx = dy / x
+Var tanh(Var x) { return unary_op(Unary::tanh, x, unary_backward<Unary::tanh>); } // dx = dy * (1 - y^2)
+Var relu(Var x) { return unary_op(Unary::relu, x, unary_backward<Unary::relu>); } // dx = dy * [x > 0]
+
+}  // namespace tapegrad::ops

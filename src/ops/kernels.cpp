@@ -1,0 +1,98 @@
+// Kernel facades: pick cpu:: or cuda:: by the inputs' device (see kernels.hpp).
+#include "ops/kernels.hpp"
+
+#include "config.hpp"
+#include "ops/cpu/cpu_kernels.hpp"
+#if TAPEGRAD_WITH_CUDA
+#include "cuda/cuda_kernels.hpp"
+#endif
+
+namespace tapegrad::kernels {
+
+const char* unary_name(Unary op) {
+  switch (op) {
+    case Unary::neg: return "neg";
+    case Unary::exp: return "exp";
+    case Unary::log: return "log";
+    case Unary::tanh: return "tanh";
+    case Unary::relu: return "relu";
+  }
+  return "?";
+}
+
+const char* binary_name(Binary op) {
+  switch (op) {
+    case Binary::add: return "add";
+    case Binary::sub: return "sub";
+    case Binary::mul: return "mul";
+    case Binary::div: return "div";
+  }
+  return "?";
+}
+
+Device common_device(const char* op, std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    if (!first) first = t;
+    else if (!(t->device() == first->device()))
+      throw Error(std::string("[") + op + "] inputs are on different devices: " + first->device().str() + " and " +
+                  t->device().str() + "; move them with .to(device) first");
+  }
+  return first ? first->device() : Device::cpu();
+}
+
+#if TAPEGRAD_WITH_CUDA
+#define TG_DISPATCH(name, ...)                                                        \
+  do {                                                                                \
+    if (common_device(#name, {__VA_ARGS__}).is_cuda()) return cuda::name;             \
+    return cpu::name;                                                                 \
+  } while (0)
+#else
+#define TG_DISPATCH(name, ...)                                                        \
+  do {                                                                                \
+    if (common_device(#name, {__VA_ARGS__}).is_cuda())                                \
+      throw DeviceError("[" #name "] this tapegrad was built without CUDA");         \
+    return cpu::name;                                                                 \
+  } while (0)
+#endif
+
+// Each facade: TG_DISPATCH(kernel(args), &each, &tensor) -- the tensors whose device decides.
+void fill(Tensor& out, double value) { TG_DISPATCH(fill(out, value), &out); }
+void unary(Unary op, const Tensor& x, Tensor& y) { TG_DISPATCH(unary(op, x, y), &x, &y); }
+void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  TG_DISPATCH(unary_backward(op, x, y, dy, dx), &x, &y, &dy, &dx);
+}
+void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) { TG_DISPATCH(binary(op, a, b, out), &a, &b, &out); }
+void scale(const Tensor& x, double s, Tensor& y) { TG_DISPATCH(scale(x, s, y), &x, &y); }
+void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
+  TG_DISPATCH(matmul(a, ta, b, tb, out), &a, &b, &out);
+}
+void transpose(const Tensor& x, Tensor& out) { TG_DISPATCH(transpose(x, out), &x, &out); }
+void add_row(const Tensor& x, const Tensor& b, Tensor& out) { TG_DISPATCH(add_row(x, b, out), &x, &b, &out); }
+void sum_rows(const Tensor& x, Tensor& out) { TG_DISPATCH(sum_rows(x, out), &x, &out); }
+void sum_all(const Tensor& x, Tensor& out) { TG_DISPATCH(sum_all(x, out), &x, &out); }
+void mean_all(const Tensor& x, Tensor& out) { TG_DISPATCH(mean_all(x, out), &x, &out); }
+void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out) {
+  TG_DISPATCH(gather_rows(table, ids, out), &table, &ids, &out);
+}
+void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite) {
+  TG_DISPATCH(scatter_rows(dst, ids, rows, overwrite), &dst, &ids, &rows);
+}
+void softmax_rows(const Tensor& x, Tensor& y) { TG_DISPATCH(softmax_rows(x, y), &x, &y); }
+void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  TG_DISPATCH(softmax_rows_backward(y, dy, dx), &y, &dy, &dx);
+}
+void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses) {
+  TG_DISPATCH(cross_entropy(logits, targets, probs, losses), &logits, &targets, &probs, &losses);
+}
+void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dloss, double divisor,
+                            Tensor& dlogits) {
+  TG_DISPATCH(cross_entropy_backward(probs, targets, dloss, divisor, dlogits), &probs, &targets, &dloss, &dlogits);
+}
+void sgd_step(Tensor& param, const Tensor& grad, double lr) { TG_DISPATCH(sgd_step(param, grad, lr), &param, &grad); }
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s) {
+  TG_DISPATCH(adamw_step(param, grad, m, v, s), &param, &grad, &m, &v);
+}
+
+}  // namespace tapegrad::kernels

@@ -1,0 +1,67 @@
+// Kernel facades: one function per kernel family, dispatching on the inputs' device to cpu:: or
+// cuda:: (src/ops/cpu/cpu_kernels.hpp, src/cuda/cuda_kernels.hpp; the same signatures on both).
+//
+// Rules: a kernel writes into outputs its caller allocated (same device as the inputs); inputs on
+// different devices are an error naming the op and both devices; a device without a kernel for a
+// dtype says so ("[gather_backward] no CUDA kernel for bf16"). Backward rules and optimizers call
+// these facades, never a device directly, so a rule written once runs everywhere.
+//
+// Arithmetic order: f64 reductions are correctly rounded (like Python's math.fsum) on every
+// device, so the tiny step matches its Python reference and CPU and CUDA agree bit for bit.
+// f32 reductions run in a fixed order (deterministic, not necessarily equal across devices).
+#pragma once
+
+#include "graph/tensor.hpp"
+
+namespace tapegrad::kernels {
+
+enum class Unary : uint8_t { neg, exp, log, tanh, relu };
+enum class Binary : uint8_t { add, sub, mul, div };
+const char* unary_name(Unary op);
+const char* binary_name(Binary op);
+
+// Throws "[op] inputs are on different devices: cpu and cuda:0" unless all defined tensors share one.
+Device common_device(const char* op, std::initializer_list<const Tensor*> tensors);
+
+// ---- elementwise (any shape, same numel; f64 / f32)
+void fill(Tensor& out, double value);
+void unary(Unary op, const Tensor& x, Tensor& y);
+// dx = dy * f'(x) given x and y = f(x): neg -dy, exp dy*y, log dy/x, tanh dy*(1-y*y), relu dy*(x>0)
+void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
+void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out);
+void scale(const Tensor& x, double s, Tensor& y);  // y = x * s
+
+// ---- linear algebra (2-D)
+// out (n, m) = op(a) @ op(b), op = transpose when the flag is set. a (n, k) or (k, n); b (k, m) or (m, k).
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out);
+void transpose(const Tensor& x, Tensor& out);                    // (n, m) -> (m, n)
+void add_row(const Tensor& x, const Tensor& b, Tensor& out);     // x (n, m) + b (m,) -> (n, m)
+void sum_rows(const Tensor& x, Tensor& out);                     // x (n, m) -> (m,): column sums
+
+// ---- reductions over every element -> shape ()
+void sum_all(const Tensor& x, Tensor& out);
+void mean_all(const Tensor& x, Tensor& out);  // sum / n (a division, as the reference does)
+
+// ---- rows: gather, scatter, softmax, cross-entropy
+// out (B, d) = table (V, d)[ids (B,)]; ids i32 or i64; an out-of-range id is an error naming it.
+void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out);
+// dst (V, d)[ids[i]] += rows[i] for i = 0..B-1 in order (overwrite: = rows[i]; the last one wins).
+void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite);
+void softmax_rows(const Tensor& x, Tensor& y);                                  // (n, m), along m
+void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx);     // dx = y * (dy - sum(dy*y))
+// probs (B, V) = softmax(logits); losses (B,) = -log(probs[i, t_i]) (f64) or logsumexp - logit (f32).
+void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses);
+// dlogits[i, j] = ((probs[i, j] - [j == t_i]) / divisor) * g, g = dloss (shape ()) or dloss[i] (shape (B,)).
+void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dloss, double divisor,
+                            Tensor& dlogits);
+
+// ---- optimizer updates, in place
+void sgd_step(Tensor& param, const Tensor& grad, double lr);  // p = p - lr * g
+// The AdamW update of spec/bob.md, fp32 arithmetic in its order (see src/optim/adamw.hpp).
+struct AdamWScalars {
+  float lr, beta1, beta2, eps, weight_decay;
+  float step_size, bc2_sqrt;  // (float)(lr / bc1), (float)sqrt(bc2), computed in fp64 by the caller
+};
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s);
+
+}  // namespace tapegrad::kernels
