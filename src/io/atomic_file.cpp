@@ -5,15 +5,16 @@
 // on disk. Any failure before the rename removes the temporary file.
 #include "io/atomic_file.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
 #include <filesystem>
 #include <random>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "graph/error.hpp"
 
@@ -33,12 +34,12 @@ std::string temporary_name(const std::string& path) {
   static std::atomic<unsigned> counter{0};
   static thread_local std::mt19937_64 random{std::random_device{}()};
   const std::filesystem::path target(path);
-  std::string name = "." + target.filename().string() + ".tmp-";
-  for (const uint64_t part : {uint64_t(::getpid()), uint64_t(counter++), random() % 1000000}) {
-    name += std::to_string(part);
-    name += '-';
-  }
-  name.pop_back();
+  char suffix[64];
+  std::snprintf(suffix, sizeof suffix, ".tmp-%ld-%u-%06u", static_cast<long>(::getpid()), counter++,
+                static_cast<unsigned>(random() % 1000000));
+  std::string name = ".";
+  name += target.filename().string();
+  name += suffix;
   return (target.parent_path() / name).string();
 }
 
@@ -51,13 +52,12 @@ int create_temporary(const std::string& path, std::string& temp_path) {
     if (fd >= 0) return fd;
     if (errno == EEXIST) continue;
     const int err = errno;
-    std::string message = "cannot write " + path + ": cannot create a temporary file in " +
-                          folder_of(path) + ": " + reason(err);
+    std::string message =
+        "cannot write " + path + ": cannot create a temporary file in " + folder_of(path) + ": " + reason(err);
     if (err == ENOENT) message += " (does the folder exist?)";
     throw Error(message);
   }
-  throw Error("cannot write " + path + ": no unused temporary name after " + std::to_string(attempts) +
-              " attempts");
+  throw Error("cannot write " + path + ": no unused temporary name after " + std::to_string(attempts) + " attempts");
 }
 
 // Writes all of `bytes` to `fd`, resuming after partial writes and interrupts. Returns errno or 0.

@@ -16,8 +16,8 @@ namespace {
 constexpr std::string_view record_magic = "BOBINPUT";
 constexpr uint64_t record_version = 1;
 constexpr size_t version_offset = 8;
-constexpr size_t pairs_offset = 16;     // 256 x (x_i, y_i), one byte each
-constexpr size_t targets_offset = 528;  // 256 x u32 y_i
+constexpr size_t pairs_offset = 16;      // 256 x (x_i, y_i), one byte each
+constexpr size_t targets_offset = 528;   // 256 x u32 y_i
 constexpr size_t prompts_offset = 1552;  // 3 x u32 last byte or the empty marker
 static_assert(pairs_offset + 2 * bob_examples == targets_offset);
 static_assert(targets_offset + 4 * bob_examples == prompts_offset);
@@ -84,8 +84,8 @@ BobRecord decode_record(std::string_view bytes, const std::string& path) {
                      std::to_string(bob_record_bytes));
   const std::string_view magic = bytes.substr(0, record_magic.size());
   if (magic != record_magic)
-    refuse(path, "bad magic at offset 0: \"" + printable_bytes(magic) + "\", expected \"" + std::string(record_magic) +
-                     "\"");
+    refuse(path,
+           "bad magic at offset 0: \"" + printable_bytes(magic) + "\", expected \"" + std::string(record_magic) + "\"");
   const uint64_t version = load_u64(bytes, version_offset);
   if (version != record_version)
     refuse(path, "unknown version " + std::to_string(version) + " at offset " + std::to_string(version_offset) +

@@ -17,15 +17,15 @@
 
 namespace tapegrad::io {
 
-inline constexpr size_t bob_examples = 256;      // pairs (x_i, y_i) in a record; the batch size B
-inline constexpr size_t bob_prompts = 3;         // prompts in a record
+inline constexpr size_t bob_examples = 256;       // pairs (x_i, y_i) in a record; the batch size B
+inline constexpr size_t bob_prompts = 3;          // prompts in a record
 inline constexpr size_t bob_record_bytes = 1564;  // 8 magic + 8 version + 512 pairs + 1,024 targets + 12 prompts
 inline constexpr uint32_t bob_empty_prompt = 0xFFFFFFFF;  // prompt_last of an empty prompt
 
 // One training batch and the prompts to predict from.
 struct BobRecord {
-  std::array<uint8_t, bob_examples> x{};  // input bytes
-  std::array<uint8_t, bob_examples> y{};  // targets: y[i] is the corpus byte after x[i]
+  std::array<uint8_t, bob_examples> x{};            // input bytes
+  std::array<uint8_t, bob_examples> y{};            // targets: y[i] is the corpus byte after x[i]
   std::array<uint32_t, bob_prompts> prompt_last{};  // each prompt's last byte, or bob_empty_prompt
 };
 

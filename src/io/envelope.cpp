@@ -4,10 +4,11 @@
 // with tapegrad::RefusedFile("checkpoint <path> refused: ..."); it only ever reads its input.
 #include "io/envelope.hpp"
 
+#include <zlib.h>
+
 #include <bit>
 #include <cstdio>
 #include <limits>
-#include <zlib.h>
 
 #include "graph/error.hpp"
 #include "io/atomic_file.hpp"
@@ -36,8 +37,9 @@ void check_identity(const EnvelopeIdentity& identity, const char* op) {
     throw Error(where + "chunk_bytes " + std::to_string(identity.chunk_bytes) +
                 " is not a multiple of 4; planes hold fp32 values");
   const uint64_t count = identity.chunk_count;
-  const bool consistent = count == 0 ? identity.payload_bytes == 0
-                                     : identity.payload_bytes % count == 0 && identity.payload_bytes / count == identity.chunk_bytes;
+  const bool consistent =
+      count == 0 ? identity.payload_bytes == 0
+                 : identity.payload_bytes % count == 0 && identity.payload_bytes / count == identity.chunk_bytes;
   if (!consistent)
     throw Error(where + "payload_bytes " + std::to_string(identity.payload_bytes) + " is not chunk_bytes " +
                 std::to_string(identity.chunk_bytes) + " x chunk_count " + std::to_string(identity.chunk_count));
@@ -67,8 +69,9 @@ class FieldReader {
       const uint64_t whole = remaining() / plane_size;
       refuse(path_, "truncated in plane " + std::to_string(whole + 1) + " of " + std::to_string(count) + " at offset " +
                         std::to_string(offset_ + whole * plane_size) + ": a plane is " + std::to_string(plane_size) +
-                        " bytes by the chunk bytes field, the file has " + std::to_string(remaining() - whole * plane_size) +
-                        " left (the file is " + std::to_string(bytes_.size()) + " bytes)");
+                        " bytes by the chunk bytes field, the file has " +
+                        std::to_string(remaining() - whole * plane_size) + " left (the file is " +
+                        std::to_string(bytes_.size()) + " bytes)");
     }
     return take(plane_size * count, "planes");
   }
@@ -143,13 +146,14 @@ std::string encode(const EnvelopeIdentity& identity, uint64_t step, const std::v
                   std::to_string(identity.chunk_bytes) + " bytes)");
 
   std::string out;
-  out.reserve(64 + identity.schema.size() + identity.learner.size() + identity.data.size() +
-              identity.seed.size() + identity.payload_bytes + 4);
+  out.reserve(64 + identity.schema.size() + identity.learner.size() + identity.data.size() + identity.seed.size() +
+              identity.payload_bytes + 4);
   out += magic;
   append_u32(out, format);
   for (const std::string* text : {&identity.schema, &identity.learner, &identity.data, &identity.seed}) {
     if (text->size() > std::numeric_limits<uint32_t>::max())
-      throw Error("[checkpoint encode] an identity of " + std::to_string(text->size()) + " bytes does not fit a u32 length");
+      throw Error("[checkpoint encode] an identity of " + std::to_string(text->size()) +
+                  " bytes does not fit a u32 length");
     append_u32(out, static_cast<uint32_t>(text->size()));
     out += *text;
   }
@@ -167,7 +171,8 @@ std::string encode(const EnvelopeIdentity& identity, uint64_t step, const std::v
 // Note [order of checks]
 // decode refuses at the first problem, in this order:
 //   1. structure, in file order, using the file's own fields: truncation (naming the field and
-//      its offset), magic, format, each identity's length, the sizes, the planes' extent;
+//      its offset) of every field up to the CRC; the magic and the format are compared on the
+//      spot, since without them the rest cannot be parsed;
 //   2. the CRC-32 of every byte before it;
 //   3. trailing bytes after the CRC;
 //   4. the contents, in file order, against the expected identity: schema, learner, data, seed,
@@ -186,8 +191,8 @@ Checkpoint decode(std::string_view bytes, const EnvelopeIdentity& expected, cons
 
   const std::string_view found_magic = in.take(magic.size(), "magic");
   if (found_magic != magic)
-    refuse(path, "bad magic: the file starts with \"" + printable_bytes(found_magic) + "\", a checkpoint starts with \"" +
-                     std::string(magic) + "\"");
+    refuse(path, "bad magic: the file starts with \"" + printable_bytes(found_magic) +
+                     "\", a checkpoint starts with \"" + std::string(magic) + "\"");
   const uint32_t found_format = in.u32("envelope format");
   if (found_format != format)
     refuse(path, "unknown envelope format " + std::to_string(found_format) + " (this program reads format " +
@@ -208,8 +213,8 @@ Checkpoint decode(std::string_view bytes, const EnvelopeIdentity& expected, cons
 
   const uint32_t computed_crc = crc32_of(bytes.substr(0, crc_offset));
   if (stored_crc != computed_crc)
-    refuse(path, "bad CRC-32: stored " + hex32(stored_crc) + ", computed " + hex32(computed_crc) + " over bytes 0.." +
-                     std::to_string(crc_offset) + "; the file is corrupt");
+    refuse(path, "bad CRC-32: stored " + hex32(stored_crc) + ", computed " + hex32(computed_crc) + " over the " +
+                     std::to_string(crc_offset) + " bytes before it; the file is corrupt");
   if (in.remaining() != 0)
     refuse(path, std::to_string(in.remaining()) + " trailing bytes after the CRC-32 (the envelope ends at offset " +
                      std::to_string(in.offset()) + ", the file is " + std::to_string(bytes.size()) + " bytes)");
@@ -220,7 +225,8 @@ Checkpoint decode(std::string_view bytes, const EnvelopeIdentity& expected, cons
   refuse_if_identity_differs(path, "seed", seed, expected.seed, printable_bytes);
   refuse_if_size_differs(path, "payload bytes differ", payload_bytes, expected.payload_bytes);
   refuse_if_size_differs(path, "chunk size differs", chunk_bytes, expected.chunk_bytes);
-  refuse_if_size_differs(path, "updates per invocation differ", updates_per_invocation, expected.updates_per_invocation);
+  refuse_if_size_differs(path, "updates per invocation differ", updates_per_invocation,
+                         expected.updates_per_invocation);
   refuse_if_size_differs(path, "chunk count differs", chunk_count, expected.chunk_count);
 
   Checkpoint checkpoint{step, {}};

@@ -1,4 +1,4 @@
-// The checkpoint envelope, format 1 (docs: /work/shared/spec/bob.md, "Checkpoint envelope"): a
+// The checkpoint envelope, format 1 (the contract: spec/bob.md, "Checkpoint envelope"): a
 // general container for fixed-size fp32 planes plus the step count, tagged with the identities of
 // the program that wrote it. bob is one use (see bob_formats.hpp); any trainer can be another.
 //
@@ -28,10 +28,10 @@ std::string printable_bytes(std::string_view bytes);
 // What a checkpoint claims to be. The writer stores every field; a reader refuses a file whose
 // fields differ from the ones it expects.
 struct EnvelopeIdentity {
-  std::string schema;   // what the planes are and in which order
-  std::string learner;  // objective, optimizer and its hyperparameters (may hold binary bytes)
-  std::string data;     // what the training data looks like
-  std::string seed;     // how the parameters were initialized
+  std::string schema;                   // what the planes are and in which order
+  std::string learner;                  // objective, optimizer and its hyperparameters (may hold binary bytes)
+  std::string data;                     // what the training data looks like
+  std::string seed;                     // how the parameters were initialized
   uint64_t payload_bytes = 0;           // all planes together: chunk_bytes * chunk_count
   uint64_t chunk_bytes = 0;             // one plane, a multiple of 4 (fp32 values)
   uint64_t updates_per_invocation = 0;  // optimizer updates one run makes

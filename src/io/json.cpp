@@ -236,8 +236,10 @@ Value from_element(simdjson::dom::element e) {
   using Type = simdjson::dom::element_type;
   switch (e.type()) {
     case Type::ARRAY: {
+      const simdjson::dom::array children = e.get_array().value_unsafe();
       Value::Array items;
-      for (simdjson::dom::element child : e.get_array().value_unsafe()) items.push_back(from_element(child));
+      items.reserve(children.size());
+      for (simdjson::dom::element child : children) items.push_back(from_element(child));
       return items;
     }
     case Type::OBJECT: {

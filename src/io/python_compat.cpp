@@ -123,7 +123,7 @@ double round(double x, int ndigits) {
 Random::Random(uint64_t seed_magnitude) {
   // CPython splits |seed| into 32-bit words, least significant first, and keeps at least one.
   const uint32_t key[2] = {static_cast<uint32_t>(seed_magnitude), static_cast<uint32_t>(seed_magnitude >> 32)};
-  init_by_array(key, key[1] != 0 ? 2 : 1);
+  init_by_array(key, key[1] != 0 ? 2U : 1U);
 }
 
 Random Random::from_int(int64_t seed) {
@@ -134,16 +134,16 @@ Random Random::from_int(int64_t seed) {
 
 void Random::init_genrand(uint32_t s) {
   mt_[0] = s;
-  for (int i = 1; i < kN; ++i)
+  for (size_t i = 1; i < kN; ++i)
     mt_[i] = 1812433253U * (mt_[i - 1] ^ (mt_[i - 1] >> 30)) + static_cast<uint32_t>(i);
   index_ = kN;
 }
 
-void Random::init_by_array(const uint32_t* key, int key_length) {
+void Random::init_by_array(const uint32_t* key, size_t key_length) {
   init_genrand(19650218U);
-  int i = 1;
-  int j = 0;
-  for (int k = kN > key_length ? kN : key_length; k > 0; --k) {
+  size_t i = 1;
+  size_t j = 0;
+  for (size_t k = kN > key_length ? kN : key_length; k > 0; --k) {
     mt_[i] = (mt_[i] ^ ((mt_[i - 1] ^ (mt_[i - 1] >> 30)) * 1664525U)) + key[j] + static_cast<uint32_t>(j);
     ++i;
     ++j;
@@ -153,7 +153,7 @@ void Random::init_by_array(const uint32_t* key, int key_length) {
     }
     if (j >= key_length) j = 0;
   }
-  for (int k = kN - 1; k > 0; --k) {
+  for (size_t k = kN - 1; k > 0; --k) {
     mt_[i] = (mt_[i] ^ ((mt_[i - 1] ^ (mt_[i - 1] >> 30)) * 1566083941U)) - static_cast<uint32_t>(i);
     ++i;
     if (i >= kN) {
@@ -169,14 +169,14 @@ uint32_t Random::genrand_uint32() {
   constexpr uint32_t kLower = 0x7fffffffU;
   constexpr uint32_t kMag01[2] = {0x0U, 0x9908b0dfU};
   if (index_ >= kN) {  // generate the next kN words at once
-    int kk = 0;
+    size_t kk = 0;
     for (; kk < kN - kM; ++kk) {
       const uint32_t y = (mt_[kk] & kUpper) | (mt_[kk + 1] & kLower);
       mt_[kk] = mt_[kk + kM] ^ (y >> 1) ^ kMag01[y & 1U];
     }
     for (; kk < kN - 1; ++kk) {
       const uint32_t y = (mt_[kk] & kUpper) | (mt_[kk + 1] & kLower);
-      mt_[kk] = mt_[kk + (kM - kN)] ^ (y >> 1) ^ kMag01[y & 1U];
+      mt_[kk] = mt_[kk + kM - kN] ^ (y >> 1) ^ kMag01[y & 1U];
     }
     const uint32_t y = (mt_[kN - 1] & kUpper) | (mt_[0] & kLower);
     mt_[kN - 1] = mt_[kM - 1] ^ (y >> 1) ^ kMag01[y & 1U];

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -39,13 +40,13 @@ class Random {
   double uniform(double a, double b);
 
  private:
-  static constexpr int kN = 624;
-  static constexpr int kM = 397;
+  static constexpr size_t kN = 624;  // state words
+  static constexpr size_t kM = 397;  // the recurrence's middle offset
   void init_genrand(uint32_t s);
-  void init_by_array(const uint32_t* key, int key_length);
+  void init_by_array(const uint32_t* key, size_t key_length);
 
   std::array<uint32_t, kN> mt_{};
-  int index_ = kN;
+  size_t index_ = kN;  // next word of mt_ to temper; kN: generate a new block first
 };
 
 // The JSON text of a string as json.dumps writes it (ensure_ascii=True), quotes included:

@@ -130,13 +130,15 @@ TEST_CASE("decode_record refuses every bad field, naming it and its offset") {
   }
   SUBCASE("version") {
     check_refused(with_byte(good, 8, 2), "unknown version 2 at offset 8 (this program reads version 1)");
-    check_refused(with_byte(good, 15, 1), "unknown version 72057594037927937 at offset 8 (this program reads version 1)");
+    check_refused(with_byte(good, 15, 1),
+                  "unknown version 72057594037927937 at offset 8 (this program reads version 1)");
   }
   SUBCASE("a target that disagrees with its pair") {
     const std::string bad = with_u32(with_byte(good, 51, 0x42), 596, 0x41);
     check_refused(bad, "target 17 at offset 596 is 0x41 but pair 17 at offset 51 says 0x42");
     // y[255] is corpus byte 356, 0x7f; a u32 target may disagree by more than a byte can hold
-    check_refused(with_u32(good, 1548, 0x17f), "target 255 at offset 1548 is 0x17f but pair 255 at offset 527 says 0x7f");
+    check_refused(with_u32(good, 1548, 0x17f),
+                  "target 255 at offset 1548 is 0x17f but pair 255 at offset 527 says 0x7f");
   }
   SUBCASE("a prompt word above 255 that is not the empty marker") {
     check_refused(with_u32(good, 1556, 0x100),

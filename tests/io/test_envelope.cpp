@@ -4,6 +4,8 @@
 // from the contract, not from this code); every refusal is asserted by its full message, and the
 // refused file must be byte-identical afterwards. Files live in a fresh folder under /tmp.
 #include <doctest/doctest.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include <bit>
 #include <cmath>
@@ -15,8 +17,6 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <unistd.h>
-#include <zlib.h>
 
 #include "graph/error.hpp"
 #include "io/atomic_file.hpp"
@@ -139,8 +139,12 @@ std::string bob_learner(float lr, float beta1, float beta2, float eps, float wd)
 TEST_CASE("bob's checkpoint identity is the contract's, byte for byte") {
   const io::EnvelopeIdentity identity = io::bob_checkpoint_identity();
   CHECK(identity.schema == "bob-raw-pmv-f32-v1|parameter-order:p-then-m-then-v|payload=786432");
-  CHECK(to_hex(identity.learner) ==
-        to_hex("next-byte-cross-entropy-mean|adamw-decoupled|") + "cdcccc3d" "6666663f" "3333733f" "77cc2b32" "0ad7233c");
+  CHECK(to_hex(identity.learner) == to_hex("next-byte-cross-entropy-mean|adamw-decoupled|") +
+                                        "cdcccc3d"
+                                        "6666663f"
+                                        "3333733f"
+                                        "77cc2b32"
+                                        "0ad7233c");
   CHECK(identity.data == "raw-byte-sequence|vocabulary=256|prompts=3|record=1564");
   CHECK(identity.seed == "bob-seed-v1");
   CHECK(identity.payload_bytes == 786432);
@@ -223,21 +227,24 @@ TEST_CASE("a checkpoint from a program with another identity is refused by name"
 
   SUBCASE("schema") {
     other.schema = "bob-raw-pmv-f32-v2|parameter-order:p-then-m-then-v|payload=786432";
-    check_refused(io::encode(other, 10, planes),
-                  "schema identity differs: file has bob-raw-pmv-f32-v2|parameter-order:p-then-m-then-v|payload=786432, "
-                  "this program expects bob-raw-pmv-f32-v1|parameter-order:p-then-m-then-v|payload=786432");
+    check_refused(
+        io::encode(other, 10, planes),
+        "schema identity differs: file has bob-raw-pmv-f32-v2|parameter-order:p-then-m-then-v|payload=786432, "
+        "this program expects bob-raw-pmv-f32-v1|parameter-order:p-then-m-then-v|payload=786432");
   }
   SUBCASE("learner: hyperparameters shown as numbers") {
     other.learner = bob_learner(0.2f, 0.9f, 0.95f, 1e-8f, 0.01f);
     check_refused(io::encode(other, 10, planes),
                   "learner identity differs: file has next-byte-cross-entropy-mean|adamw-decoupled|lr=0.2 beta1=0.9 "
-                  "beta2=0.95 eps=1e-08 wd=0.01, this program expects " + bob_learner_text);
+                  "beta2=0.95 eps=1e-08 wd=0.01, this program expects " +
+                      bob_learner_text);
   }
   SUBCASE("learner: one ulp apart still reads differently") {
     other.learner = bob_learner(std::nextafter(0.1f, 1.0f), 0.9f, 0.95f, 1e-8f, 0.01f);
     check_refused(io::encode(other, 10, planes),
                   "learner identity differs: file has next-byte-cross-entropy-mean|adamw-decoupled|lr=0.10000001 "
-                  "beta1=0.9 beta2=0.95 eps=1e-08 wd=0.01, this program expects " + bob_learner_text);
+                  "beta1=0.9 beta2=0.95 eps=1e-08 wd=0.01, this program expects " +
+                      bob_learner_text);
   }
   SUBCASE("learner: descriptions that coincide fall back to the bytes") {
     io::EnvelopeIdentity expected = io::bob_checkpoint_identity();
@@ -322,7 +329,7 @@ TEST_CASE("a damaged checkpoint is refused by its CRC, before any identity is co
   auto check_corrupt = [&](const std::string& damaged) {
     check_refused(damaged, "bad CRC-32: stored " + hex32(stored) + ", computed " +
                                hex32(crc_of(std::string_view(damaged).substr(0, crc_offset))) +
-                               " over bytes 0..786691; the file is corrupt");
+                               " over the 786691 bytes before it; the file is corrupt");
   };
   SUBCASE("a flipped bit in a plane") {
     std::string damaged = good;
@@ -343,13 +350,14 @@ TEST_CASE("a damaged checkpoint is refused by its CRC, before any identity is co
     std::string damaged = good;
     damaged[crc_offset] ^= 0x80;
     check_refused(damaged, "bad CRC-32: stored " + hex32(stored ^ 0x80) + ", computed " + hex32(stored) +
-                               " over bytes 0..786691; the file is corrupt");
+                               " over the 786691 bytes before it; the file is corrupt");
   }
   SUBCASE("a damaged chunk bytes field misplaces the CRC: still corruption, not trailing bytes") {
     const std::string damaged = with_u64(good, chunk_bytes_offset, 262140);
     const size_t misplaced = crc_offset - 12;
     check_refused(damaged, "bad CRC-32: stored " + hex32(io::load_u32(damaged, misplaced)) + ", computed " +
-                               hex32(crc_of(std::string_view(damaged).substr(0, misplaced))) + " over bytes 0..786679;"
+                               hex32(crc_of(std::string_view(damaged).substr(0, misplaced))) +
+                               " over the 786679 bytes before it;"
                                " the file is corrupt");
   }
 }
@@ -359,28 +367,40 @@ TEST_CASE("a truncated checkpoint is refused naming the field, its offset and th
   const std::map<size_t, std::string> cases = {
       {0, "truncated in the magic at offset 0: it needs 8 bytes, the file has 0 left (the file is 0 bytes)"},
       {5, "truncated in the magic at offset 0: it needs 8 bytes, the file has 5 left (the file is 5 bytes)"},
-      {10, "truncated in the envelope format at offset 8: it needs 4 bytes, the file has 2 left (the file is 10 bytes)"},
-      {14, "truncated in the schema identity length at offset 12: it needs 4 bytes, the file has 2 left "
-           "(the file is 14 bytes)"},
-      {50, "truncated in the schema identity (65 bytes by its length field) at offset 16: it needs 65 bytes, "
-           "the file has 34 left (the file is 50 bytes)"},
-      {100, "truncated in the learner identity (65 bytes by its length field) at offset 85: it needs 65 bytes, "
-            "the file has 15 left (the file is 100 bytes)"},
-      {215, "truncated in the seed identity (11 bytes by its length field) at offset 212: it needs 11 bytes, "
-            "the file has 3 left (the file is 215 bytes)"},
-      {227, "truncated in the payload bytes at offset 223: it needs 8 bytes, the file has 4 left (the file is 227 bytes)"},
+      {10,
+       "truncated in the envelope format at offset 8: it needs 4 bytes, the file has 2 left (the file is 10 bytes)"},
+      {14,
+       "truncated in the schema identity length at offset 12: it needs 4 bytes, the file has 2 left "
+       "(the file is 14 bytes)"},
+      {50,
+       "truncated in the schema identity (65 bytes by its length field) at offset 16: it needs 65 bytes, "
+       "the file has 34 left (the file is 50 bytes)"},
+      {100,
+       "truncated in the learner identity (65 bytes by its length field) at offset 85: it needs 65 bytes, "
+       "the file has 15 left (the file is 100 bytes)"},
+      {215,
+       "truncated in the seed identity (11 bytes by its length field) at offset 212: it needs 11 bytes, "
+       "the file has 3 left (the file is 215 bytes)"},
+      {227,
+       "truncated in the payload bytes at offset 223: it needs 8 bytes, the file has 4 left (the file is 227 bytes)"},
       {250, "truncated in the step at offset 247: it needs 8 bytes, the file has 3 left (the file is 250 bytes)"},
-      {257, "truncated in the chunk count at offset 255: it needs 4 bytes, the file has 2 left (the file is 257 bytes)"},
-      {259, "truncated in plane 1 of 3 at offset 259: a plane is 262144 bytes by the chunk bytes field, "
-            "the file has 0 left (the file is 259 bytes)"},
-      {259 + 262144 + 100, "truncated in plane 2 of 3 at offset 262403: a plane is 262144 bytes by the chunk bytes "
-                           "field, the file has 100 left (the file is 262503 bytes)"},
-      {crc_offset - 1, "truncated in plane 3 of 3 at offset 524547: a plane is 262144 bytes by the chunk bytes field, "
-                       "the file has 262143 left (the file is 786690 bytes)"},
-      {crc_offset, "truncated in the CRC-32 at offset 786691: it needs 4 bytes, the file has 0 left "
-                   "(the file is 786691 bytes)"},
-      {crc_offset + 2, "truncated in the CRC-32 at offset 786691: it needs 4 bytes, the file has 2 left "
-                       "(the file is 786693 bytes)"},
+      {257,
+       "truncated in the chunk count at offset 255: it needs 4 bytes, the file has 2 left (the file is 257 bytes)"},
+      {259,
+       "truncated in plane 1 of 3 at offset 259: a plane is 262144 bytes by the chunk bytes field, "
+       "the file has 0 left (the file is 259 bytes)"},
+      {259 + 262144 + 100,
+       "truncated in plane 2 of 3 at offset 262403: a plane is 262144 bytes by the chunk bytes "
+       "field, the file has 100 left (the file is 262503 bytes)"},
+      {crc_offset - 1,
+       "truncated in plane 3 of 3 at offset 524547: a plane is 262144 bytes by the chunk bytes field, "
+       "the file has 262143 left (the file is 786690 bytes)"},
+      {crc_offset,
+       "truncated in the CRC-32 at offset 786691: it needs 4 bytes, the file has 0 left "
+       "(the file is 786691 bytes)"},
+      {crc_offset + 2,
+       "truncated in the CRC-32 at offset 786691: it needs 4 bytes, the file has 2 left "
+       "(the file is 786693 bytes)"},
   };
   for (const auto& [size, why] : cases) {
     CAPTURE(size);
@@ -397,7 +417,7 @@ TEST_CASE("a corrupt length or count cannot make the reader allocate or loop wit
   const std::string empty_planes = with_u32(with_u64(good, chunk_bytes_offset, 0), chunk_count_offset, 0xffffffffu);
   check_refused(empty_planes, "bad CRC-32: stored " + hex32(io::load_u32(good, planes_offset)) + ", computed " +
                                   hex32(crc_of(empty_planes.substr(0, planes_offset))) +
-                                  " over bytes 0..259; the file is corrupt");
+                                  " over the 259 bytes before it; the file is corrupt");
   check_refused(with_u64(good, chunk_bytes_offset, uint64_t{1} << 62),
                 "truncated in plane 1 of 3 at offset 259: a plane is 4611686018427387904 bytes by the chunk bytes "
                 "field, the file has 786436 left (the file is 786695 bytes)");
@@ -420,9 +440,11 @@ TEST_CASE("encode and decode refuse an identity or planes that contradict each o
                        tapegrad::Error);
   identity.payload_bytes = 5;
   CHECK_THROWS_WITH_AS(io::encode(identity, 0, bob_planes()),
-                       "[checkpoint encode] payload_bytes 5 is not chunk_bytes 262144 x chunk_count 3", tapegrad::Error);
+                       "[checkpoint encode] payload_bytes 5 is not chunk_bytes 262144 x chunk_count 3",
+                       tapegrad::Error);
   CHECK_THROWS_WITH_AS(io::decode("", identity, "x.ckpt"),
-                       "[checkpoint decode] payload_bytes 5 is not chunk_bytes 262144 x chunk_count 3", tapegrad::Error);
+                       "[checkpoint decode] payload_bytes 5 is not chunk_bytes 262144 x chunk_count 3",
+                       tapegrad::Error);
   identity.chunk_bytes = 6;
   identity.chunk_count = 1;
   identity.payload_bytes = 6;

@@ -135,7 +135,7 @@ TEST_CASE("parse names the input and simdjson's error") {
 TEST_CASE("parse says when an integer does not fit in 64 bits") {
   CHECK_THROWS_WITH_AS(json::parse(R"({"n\"1": "99999999999999999999", "seed": 123456789012345678901234567890})",
                                    "cfg.json"),
-                       "[json] malformed JSON in cfg.json: integer 123456789012345678901234567890 at byte 49 does not "
+                       "[json] malformed JSON in cfg.json: integer 123456789012345678901234567890 at byte 41 does not "
                        "fit in 64 bits (tapegrad reads integers as int64 or uint64; write it with a decimal point if "
                        "a float will do)",
                        Error);

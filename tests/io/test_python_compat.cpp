@@ -72,7 +72,7 @@ TEST_CASE("float_repr matches repr(float) on tricky doubles") {
   }
 }
 
-TEST_CASE("float_repr writes inf, -inf and nan as Python does") {
+TEST_CASE("float_repr writes specials and the format boundaries as Python does") {
   CHECK(py::float_repr(std::numeric_limits<double>::infinity()) == "inf");
   CHECK(py::float_repr(-std::numeric_limits<double>::infinity()) == "-inf");
   CHECK(py::float_repr(std::nan("")) == "nan");
@@ -135,7 +135,7 @@ TEST_CASE("exact_sum returns nan or inf where math.fsum raises") {
   CHECK(cpu::exact_sum(overflow, 3) == inf);
   const double negative_overflow[] = {-1e308, -1e308};
   CHECK(cpu::exact_sum(negative_overflow, 2) == -inf);
-  CHECK(cpu::exact_sum(overflow, 0) == 0.0);
+  CHECK(cpu::exact_sum(overflow, 0) == 0.0);  // the empty sum
 }
 
 // ---- random.Random ------------------------------------------------------------------------------
@@ -156,6 +156,14 @@ TEST_CASE("Random reproduces random.Random(seed).random() and uniform(-0.5, 0.5)
     for (const auto& bits : expected.find("uniform")->as_array())
       CHECK(bits_of(for_uniform.uniform(-0.5, 0.5)) == bits.as_string());
   }
+}
+
+TEST_CASE("Random(7) and round(x, 2) give the tiny step's starting parameters") {
+  // tiny_step.py: value = round(rng.uniform(-0.5, 0.5), 2); embedding (4, 2) then weights (2, 4).
+  const double expected[] = {-0.18, -0.35, 0.15, -0.43, 0.04, -0.13, -0.44, 0.01,
+                             -0.46, -0.07, -0.43, -0.41, -0.08, 0.33, -0.38, -0.28};
+  py::Random rng(7);
+  for (double e : expected) CHECK(py::round(rng.uniform(-0.5, 0.5), 2) == e);
 }
 
 TEST_CASE("Random::from_int seeds with the magnitude, as CPython does") {

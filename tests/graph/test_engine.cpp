@@ -1,0 +1,182 @@
+// Engine semantics: fan-out accumulation, the overwrite-bug mode in both places contributions
+// meet, no-grad, gradient shape validation, freed tapes, clear/rewind, and the event record.
+#include <doctest/doctest.h>
+
+#include "graph/gradcheck.hpp"
+#include "graph/graph.hpp"
+#include "ops/ops.hpp"
+
+using namespace tapegrad;
+
+namespace {
+
+Tensor f64(std::vector<double> v, Shape s) { return Tensor::from_doubles(v, s, DType::f64); }
+Tensor i32(std::vector<int32_t> v) { return Tensor::from_vector(v, Shape{static_cast<int64_t>(v.size())}); }
+std::vector<double> grad_of(Var v) { return v.grad().to_doubles(); }
+
+}  // namespace
+
+TEST_CASE("a value used twice accumulates both contributions") {
+  Graph g;
+  Var a = g.parameter(f64({1.5, -2.0}, Shape{2}));
+  Var y = ops::sum(ops::add(ops::mul(a, a), a));  // d/da (a^2 + a) = 2a + 1
+  g.backward(y);
+  CHECK(grad_of(a) == std::vector<double>{4.0, -3.0});
+}
+
+TEST_CASE("overwrite-bug mode: the last contribution to a fanned-out value wins") {
+  Graph g;
+  Var a = g.parameter(f64({1.5, -2.0}, Shape{2}));
+  // a feeds mul (twice) and add: contributions arrive add's first (tape is walked backward).
+  Var y = ops::sum(ops::add(ops::mul(a, a), a));
+  BackwardRecord record;
+  g.backward(y, {.overwrite_bug = true, .record = &record});
+  // add gives a: 1 (set), then mul gives a: a (overwrites 1), then a again (overwrites a).
+  CHECK(grad_of(a) == std::vector<double>{1.5, -2.0});
+  int overwritten = 0;
+  for (const GradEvent& e : record.events)
+    if (e.kind == GradEvent::Kind::overwritten) ++overwritten;
+  CHECK(overwritten == 2);
+}
+
+TEST_CASE("gather: repeated ids add their rows; the overwrite-bug mode keeps the last") {
+  Graph g;
+  Var table = g.parameter(f64({1, 2, 3, 4, 5, 6}, Shape{3, 2}));
+  auto loss = [&](Graph& gr) {
+    Var rows = ops::gather(table, gr.input(i32({0, 2, 0})));  // (3, 2)
+    Var w = gr.input(f64({1, 2, 3, 4, 5, 6}, Shape{3, 2}));
+    return ops::sum(ops::mul(rows, w));
+  };
+  g.backward(loss(g));
+  CHECK(grad_of(table) == std::vector<double>{1 + 5, 2 + 6, 0, 0, 3, 4});
+
+  g.clear();
+  g.zero_grad();
+  BackwardRecord record;
+  g.backward(loss(g), {.overwrite_bug = true, .record = &record});
+  CHECK(grad_of(table) == std::vector<double>{5, 6, 0, 0, 3, 4});
+  // per-row events: row 0 set, row 2 set, row 0 overwritten with (1, 2) discarded
+  REQUIRE(record.events.size() >= 3);
+  const GradEvent& last = record.events.back();
+  CHECK(last.row == 0);
+  CHECK(last.kind == GradEvent::Kind::overwritten);
+  CHECK(last.discarded.to_doubles() == std::vector<double>{1, 2});
+  CHECK(last.contribution.to_doubles() == std::vector<double>{5, 6});
+}
+
+TEST_CASE("reductions inside one op's backward stay sums in the overwrite-bug mode") {
+  Graph g;
+  Var b = g.parameter(f64({0, 0}, Shape{2}));
+  Var x = g.input(f64({1, 2, 3, 4, 5, 6}, Shape{3, 2}));
+  g.backward(ops::sum(ops::add_row(x, b)), {.overwrite_bug = true});
+  CHECK(grad_of(b) == std::vector<double>{3, 3});  // column sums over 3 rows
+}
+
+TEST_CASE("no-grad scope records nothing, and backward through it is refused") {
+  Graph g;
+  Var a = g.parameter(f64({1, 2}, Shape{2}));
+  Var y;
+  {
+    NoGrad no_grad(g);
+    y = ops::sum(ops::mul(a, a));
+  }
+  CHECK(g.nodes().empty());
+  CHECK(y.value().item() == 5.0);
+  CHECK_THROWS_WITH_AS(g.backward(y), doctest::Contains("does not depend on any parameter"), Error);
+  CHECK(g.grad_enabled());
+}
+
+TEST_CASE("a gradient of the wrong shape is refused with the op named") {
+  Graph g;
+  Var a = g.parameter(f64({1, 2, 3}, Shape{3}));
+  Var y = g.record("broken_op", f64({6}, Shape{}), {a}, [](BackwardContext& ctx) {
+    ctx.accumulate(0, Tensor::from_doubles({1, 1}, Shape{2}, DType::f64));
+  });
+  CHECK_THROWS_WITH_AS(g.backward(y),
+                       "[engine] the backward of broken_op gave input 0 a gradient of shape (2,) f64 on cpu, "
+                       "but that input is (3,) f64 on cpu",
+                       Error);
+}
+
+TEST_CASE("a non-scalar backward is refused with a hint") {
+  Graph g;
+  Var a = g.parameter(f64({1, 2, 3, 4}, Shape{2, 2}));
+  CHECK_THROWS_WITH_AS(g.backward(ops::exp(a)),
+                       "[backward] needs a scalar loss, got shape (2, 2); reduce it first, e.g. ops::mean(x) or "
+                       "ops::sum(x)",
+                       Error);
+}
+
+TEST_CASE("a second backward over a freed tape is refused; retain_graph keeps it") {
+  Graph g;
+  Var a = g.parameter(f64({3}, Shape{1}));
+  Var y = ops::sum(ops::mul(a, a));
+  g.backward(y, {.retain_graph = true});
+  g.backward(y);  // parameter gradients accumulate across backward calls: 6 + 6
+  CHECK(grad_of(a) == std::vector<double>{12});
+  CHECK(g.tape_freed());
+  CHECK_THROWS_WITH_AS(g.backward(y), doctest::Contains("already freed by an earlier backward()"), Error);
+  CHECK_THROWS_WITH_AS(ops::mul(a, a), doctest::Contains("call clear() before recording the next step"), Error);
+  g.zero_grad();
+  CHECK_FALSE(a.grad().defined());
+}
+
+TEST_CASE("clear() keeps parameters and refuses stale activation handles") {
+  Graph g;
+  Var a = g.parameter(f64({1, 2}, Shape{2}), "a");
+  Var y = ops::exp(a);
+  g.clear();
+  CHECK(g.nodes().empty());
+  CHECK(a.value().to_doubles() == std::vector<double>{1, 2});
+  CHECK(a.label() == "a");
+  CHECK_THROWS_WITH_AS(y.value(), doctest::Contains("dropped by clear() or rewind()"), Error);
+  Var z = ops::exp(a);  // the id y had is reused; y stays stale
+  CHECK_THROWS_AS(y.value(), Error);
+  CHECK(z.value().numel() == 2);
+}
+
+TEST_CASE("rewind drops what was recorded after the mark") {
+  Graph g;
+  Var a = g.parameter(f64({1}, Shape{1}));
+  Var keep = ops::exp(a);
+  size_t mark = g.mark();
+  ops::exp(ops::exp(a));
+  CHECK(g.nodes().size() == 3);
+  g.rewind(mark);
+  CHECK(g.nodes().size() == 1);
+  CHECK(keep.value().numel() == 1);
+}
+
+TEST_CASE("inputs take no gradient; parameters must be floating point") {
+  Graph g;
+  Var x = g.input(f64({1, 2}, Shape{2}));
+  Var a = g.parameter(f64({3, 4}, Shape{2}));
+  g.backward(ops::sum(ops::mul(x, a)));
+  CHECK_FALSE(x.grad().defined());
+  CHECK(grad_of(a) == std::vector<double>{1, 2});
+  CHECK_THROWS_WITH_AS(g.parameter(i32({1})), "[parameter] parameters must be floating point, got i32", Error);
+}
+
+TEST_CASE("the backward record lists visits in reverse record order") {
+  Graph g;
+  Var a = g.parameter(f64({0.5}, Shape{1}));
+  Var y = ops::sum(ops::tanh(ops::exp(a)));
+  BackwardRecord r;
+  g.backward(y, {.record = &r});
+  CHECK(r.visits == std::vector<int32_t>{2, 1, 0});
+  CHECK(r.events.size() == 3);
+  CHECK(r.events[0].kind == GradEvent::Kind::set);
+}
+
+TEST_CASE("gradcheck leaves the tape and the parameters as it found them") {
+  Graph g;
+  Var a = g.parameter(f64({0.3, -0.7}, Shape{2}));
+  auto loss = [&](Graph&) { return ops::sum(ops::tanh(ops::mul(a, a))); };
+  Var before = ops::exp(a);
+  size_t nodes = g.nodes().size();
+  double err = gradcheck(g, loss, 1e-6);
+  CHECK(err < 1e-8);
+  CHECK(g.nodes().size() == nodes);
+  CHECK(before.value().numel() == 2);
+  CHECK(a.value().to_doubles() == std::vector<double>{0.3, -0.7});
+}
