@@ -257,6 +257,9 @@ json::Value trace(const Config& c, Device device, const TraceOptions& options) {
     std::vector<Tensor> grads = grads_of(overwrite);
     tapegrad::optim::SGD(lr).step(params);
     double after = loss_only();
+    if (!std::isfinite(after))
+      throw Error("the step with learning rate " + py::float_repr(lr) + " diverges: the loss after it is " +
+                  py::float_repr(after) + " (the reference's math.fsum raises on the infinite sums here)");
     std::vector<Tensor> updated;
     for (const Var& p : params) updated.push_back(p.value().clone());
     restore();
