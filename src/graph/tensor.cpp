@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <vector>
 
 #include "graph/half.hpp"
 
@@ -47,10 +48,97 @@ void register_backend(DeviceType type, DeviceBackend* backend) { g_backends[stat
 uint64_t host_fallback_count() { return g_host_fallbacks.load(); }
 void note_host_fallback(const char*) { g_host_fallbacks.fetch_add(1); }
 
-Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev) {
-  data = backend_for(dev.type).allocate(n, dev.index);
+// ---- host blocks: a per-thread cache of power-of-two blocks up to 64 KiB, so a training loop's
+// small tensors reuse memory instead of going through malloc and free every op.
+
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr size_t kCachedBytesPerClass = 0;  // AddressSanitizer builds: every block goes back to malloc
+#else
+constexpr size_t kCachedBytesPerClass = size_t{1} << 20;  // up to 1 MiB of free blocks per size class
+#endif
+constexpr size_t kMinBlock = 64, kMaxCachedBlock = 64 * 1024, kClasses = 11;
+
+size_t size_class(size_t bytes) {  // kMinBlock << class >= bytes
+  size_t c = 0;
+  while ((kMinBlock << c) < bytes) ++c;
+  return c;
 }
-Storage::~Storage() { backend_for(device.type).deallocate(data, nbytes, device.index); }
+
+struct BlockCache {
+  std::vector<void*> free[kClasses];
+  ~BlockCache();
+};
+thread_local bool t_cache_gone = false;  // trivially destructible: safe to read during thread exit
+thread_local BlockCache t_cache;
+BlockCache::~BlockCache() {
+  for (auto& list : free)
+    for (void* p : list) std::free(p);
+  t_cache_gone = true;
+}
+
+void* host_block(size_t bytes, size_t* block_bytes) {
+  if (bytes <= kMaxCachedBlock) {
+    size_t c = size_class(bytes);
+    *block_bytes = kMinBlock << c;
+    if (!t_cache_gone && !t_cache.free[c].empty()) {
+      void* p = t_cache.free[c].back();
+      t_cache.free[c].pop_back();
+      return p;
+    }
+  } else {
+    *block_bytes = (bytes + 63) / 64 * 64;
+  }
+  void* p = std::aligned_alloc(64, *block_bytes);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+void free_host_block(void* p, size_t block_bytes) {
+  if (block_bytes <= kMaxCachedBlock && !t_cache_gone) {
+    auto& list = t_cache.free[size_class(block_bytes)];
+    if ((list.size() + 1) * block_bytes <= kCachedBytesPerClass) {
+      list.push_back(p);
+      return;
+    }
+  }
+  std::free(p);
+}
+
+constexpr size_t kHeader = 64;  // the Storage header, padded so the data stays 64-byte aligned
+static_assert(sizeof(Storage) <= kHeader);
+
+}  // namespace
+
+Storage* Storage::create(size_t nbytes, Device dev) {
+  const bool host = dev.is_cpu();
+  size_t block = 0;
+  void* mem = host_block(kHeader + (host ? nbytes : 0), &block);
+  Storage* s = new (mem) Storage();
+  s->nbytes = nbytes;
+  s->device = dev;
+  s->block_bytes_ = block;
+  if (host) {
+    s->data = static_cast<char*>(mem) + kHeader;
+  } else {
+    try {
+      s->data = backend_for(dev.type).allocate(nbytes, dev.index);
+    } catch (...) {
+      s->~Storage();
+      free_host_block(mem, block);
+      throw;
+    }
+  }
+  return s;
+}
+
+void Storage::destroy() noexcept {
+  if (!device.is_cpu()) backend_for(device.type).deallocate(data, nbytes, device.index);
+  size_t block = block_bytes_;
+  this->~Storage();
+  free_host_block(this, block);
+}
 
 void Tensor::check_count(size_t n, const Shape& shape) {
   if (static_cast<int64_t>(n) != shape.numel())
@@ -62,7 +150,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(static_cast<size_t>(shape.numel()) * dtype_size(dtype), device);
+  t.storage_ = Storage::create(static_cast<size_t>(shape.numel()) * dtype_size(dtype), device);
   return t;
 }
 

@@ -5,8 +5,8 @@
 // access through data<T>() is for host tensors only and checks the dtype.
 #pragma once
 
+#include <atomic>
 #include <cstring>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,20 +17,56 @@
 
 namespace tapegrad {
 
-struct Storage {
+// Bytes on one device, shared by every Tensor handle that points at them (intrusive count, one
+// allocation: host storage keeps its header and bytes in one block from a per-thread cache).
+class Storage {
+ public:
+  static Storage* create(size_t nbytes, Device device);
+  void retain() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void release() noexcept {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy();
+  }
+  uint32_t use_count() const noexcept { return refs_.load(std::memory_order_acquire); }
+
   void* data = nullptr;
   size_t nbytes = 0;
   Device device;
 
-  Storage(size_t n, Device dev);
-  ~Storage();
-  Storage(const Storage&) = delete;
-  Storage& operator=(const Storage&) = delete;
+ private:
+  Storage() = default;
+  void destroy() noexcept;
+  std::atomic<uint32_t> refs_{1};
+  size_t block_bytes_ = 0;  // the host block holding this header (and, on the host, the data)
 };
 
 class Tensor {
  public:
   Tensor() = default;
+  Tensor(const Tensor& o) : storage_(o.storage_), shape_(o.shape_), dtype_(o.dtype_) {
+    if (storage_) storage_->retain();
+  }
+  Tensor(Tensor&& o) noexcept : storage_(o.storage_), shape_(o.shape_), dtype_(o.dtype_) { o.storage_ = nullptr; }
+  Tensor& operator=(const Tensor& o) {
+    if (o.storage_) o.storage_->retain();
+    if (storage_) storage_->release();
+    storage_ = o.storage_;
+    shape_ = o.shape_;
+    dtype_ = o.dtype_;
+    return *this;
+  }
+  Tensor& operator=(Tensor&& o) noexcept {
+    if (this != &o) {
+      if (storage_) storage_->release();
+      storage_ = o.storage_;
+      o.storage_ = nullptr;
+      shape_ = o.shape_;
+      dtype_ = o.dtype_;
+    }
+    return *this;
+  }
+  ~Tensor() {
+    if (storage_) storage_->release();
+  }
 
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
@@ -56,7 +92,7 @@ class Tensor {
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
 
   void* raw_data() const { return storage_ ? storage_->data : nullptr; }
-  bool unique() const { return storage_.use_count() == 1; }  // no other handle shares the bytes
+  bool unique() const { return storage_ && storage_->use_count() == 1; }  // no other handle shares the bytes
   template <class T> T* data() const {
     if (dtype_of<T>() != dtype_) throw Error(std::string("[tensor] data<") + dtype_name(dtype_of<T>()) +
                                              ">() on a " + dtype_name(dtype_) + " tensor");
@@ -76,7 +112,7 @@ class Tensor {
  private:
   static void check_count(size_t n, const Shape& shape);
 
-  std::shared_ptr<Storage> storage_;
+  Storage* storage_ = nullptr;
   Shape shape_;
   DType dtype_ = DType::f32;
 };

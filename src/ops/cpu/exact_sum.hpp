@@ -34,6 +34,12 @@ namespace tapegrad::cpu {
 
 // Sum of x[0], x[stride], ..., x[(n - 1) * stride], correctly rounded (= math.fsum).
 inline double exact_sum(const double* x, size_t n, size_t stride = 1) {
+  // One or two finite, non-zero-sum terms: a single IEEE addition is already the correctly
+  // rounded exact sum. (Zero results keep to the general path, which gives fsum's +0.0.)
+  if (n <= 2 && n > 0) {
+    const double r = n == 1 ? x[0] : x[0] + x[stride];
+    if (r != 0.0 && std::isfinite(r)) return r;
+  }
   constexpr size_t kStackPartials = 32;  // 2098 bits of exponent range need at most ~40 partials
   double stack[kStackPartials];
   std::vector<double> heap;  // holds the partials only once there are more than 32
