@@ -104,7 +104,7 @@ Var Graph::record(const char* op, Tensor out, std::initializer_list<Var> inputs,
   if (grad_enabled_)
     for (const Var& in : inputs) needs = needs || checked(in).requires_grad;
   int32_t id = static_cast<int32_t>(values_.size());
-  Var result = push_value(values_, id, std::move(out), ValueKind::activation, needs, "");
+  Var result = push_value(values_, id, std::move(out), ValueKind::activation, needs, std::string());
   if (node) *node = nullptr;
   if (needs) {
     if (freed_) throw Error(std::string("[") + op + "] this tape was freed by backward(); call clear() before recording the next step");

@@ -70,8 +70,10 @@ struct BlockCache {
   std::vector<void*> free[kClasses];
   ~BlockCache();
 };
-thread_local bool t_cache_gone = false;  // trivially destructible: safe to read during thread exit
-thread_local BlockCache t_cache;
+// initial-exec: the library is linked, not dlopen'ed, so its thread-locals can skip __tls_get_addr.
+#define TG_TLS __attribute__((tls_model("initial-exec"))) thread_local
+TG_TLS bool t_cache_gone = false;  // trivially destructible: safe to read during thread exit
+TG_TLS BlockCache t_cache;
 BlockCache::~BlockCache() {
   for (auto& list : free)
     for (void* p : list) std::free(p);

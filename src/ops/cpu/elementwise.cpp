@@ -1,7 +1,12 @@
 // CPU elementwise kernels and in-place optimizer updates (xtensor over flat views).
+//
+// Rule: assignments go through xt::noalias. Every kernel here reads and writes element i only
+// at index i, so an output that aliases an input (the engine's in-place gradient add) is safe,
+// and xtensor skips the temporary it would otherwise allocate per call.
 #include <cmath>
 
 #include <xtensor/xmath.hpp>
+#include <xtensor/xnoalias.hpp>
 #include <xtensor/xoperation.hpp>
 
 #include "ops/cpu/cpu_kernels.hpp"
@@ -18,11 +23,11 @@ void unary(Unary op, const Tensor& x, Tensor& y) {
     auto X = flat<T>(x);
     auto Y = flat<T>(y);
     switch (op) {
-      case Unary::neg: Y = -X; break;
-      case Unary::exp: Y = xt::exp(X); break;
-      case Unary::log: Y = xt::log(X); break;
-      case Unary::tanh: Y = xt::tanh(X); break;
-      case Unary::relu: Y = xt::maximum(X, T(0)); break;
+      case Unary::neg: xt::noalias(Y) = -X; break;
+      case Unary::exp: xt::noalias(Y) = xt::exp(X); break;
+      case Unary::log: xt::noalias(Y) = xt::log(X); break;
+      case Unary::tanh: xt::noalias(Y) = xt::tanh(X); break;
+      case Unary::relu: xt::noalias(Y) = xt::maximum(X, T(0)); break;
     }
   });
 }
@@ -34,11 +39,11 @@ void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy
     auto dY = flat<T>(dy);
     auto dX = flat<T>(dx);
     switch (op) {
-      case Unary::neg: dX = -dY; break;
-      case Unary::exp: dX = dY * Y; break;
-      case Unary::log: dX = dY / X; break;
-      case Unary::tanh: dX = dY * (T(1) - Y * Y); break;
-      case Unary::relu: dX = xt::where(X > T(0), dY, T(0)); break;
+      case Unary::neg: xt::noalias(dX) = -dY; break;
+      case Unary::exp: xt::noalias(dX) = dY * Y; break;
+      case Unary::log: xt::noalias(dX) = dY / X; break;
+      case Unary::tanh: xt::noalias(dX) = dY * (T(1) - Y * Y); break;
+      case Unary::relu: xt::noalias(dX) = xt::where(X > T(0), dY, T(0)); break;
     }
   });
 }
@@ -49,22 +54,25 @@ void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
     auto B = flat<T>(b);
     auto O = flat<T>(out);
     switch (op) {
-      case Binary::add: O = A + B; break;
-      case Binary::sub: O = A - B; break;
-      case Binary::mul: O = A * B; break;
-      case Binary::div: O = A / B; break;
+      case Binary::add: xt::noalias(O) = A + B; break;
+      case Binary::sub: xt::noalias(O) = A - B; break;
+      case Binary::mul: xt::noalias(O) = A * B; break;
+      case Binary::div: xt::noalias(O) = A / B; break;
     }
   });
 }
 
 void scale(const Tensor& x, double s, Tensor& y) {
-  dispatch_float("scale", x.dtype(), [&]<class T>() { flat<T>(y) = flat<T>(x) * static_cast<T>(s); });
+  dispatch_float("scale", x.dtype(), [&]<class T>() {
+    auto Y = flat<T>(y);
+    xt::noalias(Y) = flat<T>(x) * static_cast<T>(s);
+  });
 }
 
 void sgd_step(Tensor& param, const Tensor& grad, double lr) {
   dispatch_float("sgd", param.dtype(), [&]<class T>() {
     auto P = flat<T>(param);
-    P = P - static_cast<T>(lr) * flat<T>(grad);  // p - lr * g, as the reference writes it
+    xt::noalias(P) = P - static_cast<T>(lr) * flat<T>(grad);  // p - lr * g, as the reference writes it
   });
 }
 
