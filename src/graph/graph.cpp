@@ -61,7 +61,7 @@ const Value& Graph::checked(const Var& v) const {
   return value(v.id_);
 }
 
-Var Graph::push_value(std::vector<Value>& into, int32_t id, Tensor data, ValueKind kind, bool requires_grad,
+Var Graph::push_value(StableVector<Value>& into, int32_t id, Tensor data, ValueKind kind, bool requires_grad,
                       std::string label) {
   Value& v = into.emplace_back();
   v.data = std::move(data);
@@ -120,7 +120,7 @@ Var Graph::record(const char* op, Tensor out, std::initializer_list<Var> inputs,
 }
 
 void Graph::zero_grad() {
-  for (Value& p : params_) p.grad = Tensor();
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].grad = Tensor();
 }
 
 void Graph::clear() {
@@ -131,7 +131,7 @@ void Graph::clear() {
 
 void Graph::rewind(size_t mark) {
   TG_CHECK(mark <= values_.size(), "rewind past the end of the tape");
-  values_.resize(mark);
+  values_.shrink_to(mark);
   while (!nodes_.empty() && static_cast<size_t>(nodes_.back().output) >= mark) nodes_.pop_back();
 }
 
@@ -148,7 +148,7 @@ void Graph::backward(Var loss, const BackwardOptions& options) {
     throw Error("[backward] this tape was already freed by an earlier backward(); pass "
                 "{.retain_graph = true} to the first backward() to run it twice");
 
-  for (Value& v : values_) v.grad = Tensor();
+  for (size_t i = 0; i < values_.size(); ++i) values_[i].grad = Tensor();
   Tensor seed = Tensor::empty(l.data.shape(), l.data.dtype(), l.data.device());
   kernels::fill(seed, 1.0);
   value(loss.id_).grad = seed;

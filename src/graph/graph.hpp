@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/stable_vector.hpp"
 #include "graph/tensor.hpp"
 
 namespace tapegrad {
@@ -138,11 +139,11 @@ class Graph {
 
  private:
   friend class Var;
-  Var push_value(std::vector<Value>& into, int32_t id, Tensor data, ValueKind kind, bool requires_grad,
+  Var push_value(StableVector<Value>& into, int32_t id, Tensor data, ValueKind kind, bool requires_grad,
                  std::string label);
 
-  std::vector<Value> params_;
-  std::vector<Value> values_;
+  StableVector<Value> params_;  // elements never move: see stable_vector.hpp
+  StableVector<Value> values_;
   std::vector<Node> nodes_;
   uint64_t next_serial_ = 1;
   bool grad_enabled_ = true;

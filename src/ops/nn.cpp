@@ -59,6 +59,8 @@ Var cross_entropy(Var logits, Var targets, Reduction reduction) {
   Tensor losses = Tensor::empty(Shape{z.dim(0)}, z.dtype(), z.device());
   kernels::cross_entropy(z, t, probs, losses);
 
+  // z points into the graph's value list, which record() below may reallocate: take what we need now.
+  const double divisor = reduction == Reduction::mean ? static_cast<double>(z.dim(0)) : 1.0;
   Tensor out = losses;
   if (reduction != Reduction::none) {
     out = Tensor::empty(Shape{}, z.dtype(), z.device());
@@ -73,7 +75,7 @@ Var cross_entropy(Var logits, Var targets, Reduction reduction) {
   }, &node);
   if (node) {
     node->saved[0] = std::move(probs);
-    node->scalar = reduction == Reduction::mean ? static_cast<double>(z.dim(0)) : 1.0;
+    node->scalar = divisor;
   }
   return y;
 }

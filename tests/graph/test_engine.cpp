@@ -180,3 +180,14 @@ TEST_CASE("gradcheck leaves the tape and the parameters as it found them") {
   CHECK(before.value().numel() == 2);
   CHECK(a.value().to_doubles() == std::vector<double>{0.3, -0.7});
 }
+
+TEST_CASE("a reference taken from value() stays valid while later values are recorded") {
+  Graph g;
+  Var a = g.parameter(Tensor::from_doubles({1, 2}, Shape{2}, DType::f64));
+  Var x = ops::exp(a);
+  const Tensor& held = x.value();  // ops do this: take the input, then record the output
+  const void* bytes = held.raw_data();
+  for (int i = 0; i < 2000; ++i) ops::exp(a);  // several chunks' worth of values
+  CHECK(held.raw_data() == bytes);
+  CHECK(held.shape() == Shape{2});
+}
