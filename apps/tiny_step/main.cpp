@@ -5,6 +5,8 @@
 //   tiny_step --check PATH         exit 1, naming the first differing line, if PATH is out of date
 //   tiny_step --config FILE.json   the reference's constants (see docs/tiny_step.md)
 //   tiny_step --overwrite-bug      run the step in the engine's overwrite-bug mode
+//   tiny_step --dump-tape FILE     also write the step's tape dump (docs/tape-format.md); the
+//                                  trace is printed (or written, or checked) as without it
 //
 // Exit codes: 0 done, 1 --check found a difference, 2 bad input (nothing is written).
 #include <CLI/CLI.hpp>
@@ -35,13 +37,14 @@ std::string first_difference(const std::string& want, const std::string& have) {
 
 int main(int argc, char** argv) {
   CLI::App app{"tiny_step: one training step of a tiny next-token model, built on tapegrad's graph"};
-  std::string write_path, check_path, config_path, device_name = "cpu";
+  std::string write_path, check_path, config_path, device_name = "cpu", dump_path;
   bool overwrite_bug = false;
   app.add_option("--write", write_path, "write the trace to PATH");
   app.add_option("--check", check_path, "exit 1 if PATH differs from the trace");
   app.add_option("--config", config_path, "JSON file with the reference's constants");
   app.add_option("--device", device_name, "cpu or cuda");
   app.add_flag("--overwrite-bug", overwrite_bug, "gradient contributions overwrite instead of add");
+  app.add_option("--dump-tape", dump_path, "write the step's tape dump to FILE (see docs/tape-format.md)");
   CLI11_PARSE(app, argc, argv);
 
   std::string text;
@@ -49,6 +52,7 @@ int main(int argc, char** argv) {
     tiny::Config config = config_path.empty() ? tiny::Config{} : tiny::load_config(config_path);
     tiny::TraceOptions options;
     options.overwrite_bug = overwrite_bug;
+    options.dump_tape = dump_path;
     text = tapegrad::json::dumps(tiny::trace(config, tapegrad::parse_device(device_name), options)) + "\n";
   } catch (const tapegrad::Error& e) {
     std::fprintf(stderr, "tiny_step: %s\n", e.what());

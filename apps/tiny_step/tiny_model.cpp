@@ -11,6 +11,7 @@
 #include <map>
 
 #include "graph/gradcheck.hpp"
+#include "graph/tape_dump.hpp"
 #include "io/atomic_file.hpp"
 #include "io/python_compat.hpp"
 #include "ops/ops.hpp"
@@ -222,6 +223,35 @@ struct Progress {
   }
 };
 
+std::string joined(const std::vector<std::string>& xs) {
+  std::string s;
+  for (const auto& x : xs) s += (s.empty() ? "" : " ") + x;
+  return s;
+}
+
+// The step's tape (docs/tape-format.md): one forward and one recorded backward in the step's
+// mode, with the gradient check of the gradients it gives against `numeric`. Leaves the tape
+// cleared and the parameters' values as they were.
+void write_step_tape(Model& m, const Config& c, const std::vector<Tensor>& numeric, const TraceOptions& options) {
+  Graph& g = m.g;
+  g.clear();
+  g.zero_grad();
+  tapegrad::BackwardRecord record;
+  g.backward(m.loss(g), {.overwrite_bug = options.overwrite_bug, .record = &record});
+  std::vector<Tensor> analytic;
+  for (const Var& p : g.parameters()) analytic.push_back(p.grad());
+
+  tapegrad::DumpOptions dump;
+  dump.title = "tiny_step: " + joined(c.inputs) + " -> " + joined(c.targets);
+  dump.overwrite_bug = options.overwrite_bug;
+  dump.row_names = {{"embedding", c.vocab}, {"bias", c.vocab}, {"input_ids", c.inputs},
+                    {"x", c.inputs}, {"logits", c.inputs}, {"target_ids", c.targets}};
+  const double tolerance = 1e-6;  // f64 central differences agree with the engine to ~1e-10 here
+  dump.gradient_check = tapegrad::gradient_check_result(analytic, numeric, c.epsilon.as_double(), tolerance);
+  tapegrad::write_tape_dump(options.dump_tape, g, &record, dump);
+  g.clear();
+}
+
 }  // namespace
 
 json::Value trace(const Config& c, Device device, const TraceOptions& options) {
@@ -344,6 +374,7 @@ json::Value trace(const Config& c, Device device, const TraceOptions& options) {
   large.set("learning_rate", c.large_learning_rate);
   large.set("loss_after", py::round(train_step(c.large_learning_rate.as_double(), options.overwrite_bug).first, 6));
   t.set("large_learning_rate", large);
+  if (!options.dump_tape.empty()) write_step_tape(m, c, numeric, options);  // last: a refused step writes nothing
   return t;
 }
 

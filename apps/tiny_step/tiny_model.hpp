@@ -48,6 +48,7 @@ struct Model {
 struct TraceOptions {
   bool overwrite_bug = false;       // run the step itself in the engine's overwrite-bug mode
   bool progress = true;             // show gradient-check progress on stderr when it runs > 1 s
+  std::string dump_tape;            // when set, write the step's tape dump here (docs/tape-format.md)
 };
 
 // The reference's trace() as JSON: byte-identical to json.dumps(trace(), indent=2).

@@ -1,0 +1,74 @@
+// tape: read a tape dump (docs/tape-format.md) and show backpropagation step by step.
+//
+//   tape show FILE                      the tape as tables: values, contributions, gradient check
+//   tape step FILE                      walk it: forward value by value, backward contribution by
+//                                       contribution (keys in a terminal, commands on stdin otherwise)
+//   tape dot FILE [-o OUT.dot]          Graphviz DOT (render with: dot -Tsvg OUT.dot > OUT.svg)
+//   tape html FILE [FILE2] -o PAGE.html one self-contained page; with two dumps (a correct run and
+//                                       an overwrite-bug run) side by side
+//
+// Exit codes: 0 done, 2 bad input (an unreadable, malformed, truncated or unknown-version dump, or
+// bad arguments); nothing is written when the input is refused.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "graph/error.hpp"
+#include "io/atomic_file.hpp"
+#include "stepper.hpp"
+#include "views.hpp"
+
+namespace {
+
+void print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tape: read a tapegrad tape dump and show backpropagation step by step"};
+  app.require_subcommand(1);
+  std::vector<std::string> files;
+  std::string out_path;
+
+  CLI::App* show = app.add_subcommand("show", "the tape as a table");
+  show->add_option("FILE", files, "the tape dump")->required()->expected(1);
+  CLI::App* step = app.add_subcommand("step", "step through forward and backward (n, b, j N, q)");
+  step->add_option("FILE", files, "the tape dump")->required()->expected(1);
+  CLI::App* dot = app.add_subcommand("dot", "Graphviz DOT of the graph and its gradients");
+  dot->add_option("FILE", files, "the tape dump")->required()->expected(1);
+  dot->add_option("-o,--output", out_path, "write the DOT here instead of standard output");
+  CLI::App* html = app.add_subcommand("html", "one self-contained page; give a correct and an overwrite-bug dump "
+                                              "to see them side by side");
+  html->add_option("FILE", files, "one or two tape dumps")->required()->expected(1, 2);
+  html->add_option("-o,--output", out_path, "the page to write")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  try {
+    std::vector<tape::Tape> tapes;
+    for (const std::string& f : files) tapes.push_back(tape::read_tape(f));
+    if (*show) {
+      print(tape::show_table(tapes[0]));
+    } else if (*step) {
+      if (isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)) return tape::step_terminal(tapes[0]);
+      return tape::step_lines(tapes[0], std::cin, std::cout);
+    } else if (*dot) {
+      const std::string text = tape::to_dot(tapes[0]);
+      if (out_path.empty()) print(text);
+      else tapegrad::io::write_file_atomic(out_path, text);
+    } else {
+      tapegrad::io::write_file_atomic(out_path, tape::to_html(tapes));
+      std::fprintf(stderr, "tape: wrote %s; open it in a browser (it needs no network)\n", out_path.c_str());
+    }
+  } catch (const tapegrad::Error& e) {
+    std::fprintf(stderr, "tape: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

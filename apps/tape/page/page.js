@@ -1,0 +1,451 @@
+// The tape page's behaviour (apps/tape/page/): steps through one tape dump, or through a correct
+// run and an overwrite-bug run side by side, drawing the graph as inline SVG.
+//
+// Rules: the page shows only what the dumps hold (docs/tape-format.md; the tape tool checked
+// every field before it wrote the page); the one number it computes, the sum an overwrite threw
+// away, is labelled as such. The walk is the one `tape step` prints: every value forward in record
+// order, every contribution backward in engine order, then a summary. No network, no libraries.
+'use strict';
+
+// ---- numbers and tensors ------------------------------------------------------------------------
+
+const num = (x) => (typeof x === 'string' ? Number(x) : x);  // dumps write "NaN", "Infinity"
+
+// 4 significant digits, as the terminal tools print them.
+function fmt(x) {
+  x = num(x);
+  if (Number.isNaN(x)) return 'nan';
+  if (!Number.isFinite(x)) return x > 0 ? 'inf' : '-inf';
+  if (x === 0) return '0';
+  return String(Number(x.toPrecision(4)));
+}
+
+function esc(s) {
+  return String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c]);
+}
+
+// "[0.02365, 0.08215]" or "[[-0.18, -0.35], [0.15, -0.43], …]"; at most `max` elements.
+function inline(t, max = 8) {
+  const v = t.values.map(fmt);
+  if (t.truncated) return `[${v.slice(0, max).join(', ')}, …] (first ${Math.min(v.length, max)} of ${t.count})`;
+  if (t.shape.length === 0) return v[0];
+  if (t.shape.length !== 2) return `[${v.slice(0, max).join(', ')}${v.length > max ? ', …' : ''}]`;
+  const cols = t.shape[1], rows = [];
+  for (let r = 0; r * cols < Math.min(v.length, max); r++) rows.push(`[${v.slice(r * cols, (r + 1) * cols).join(', ')}]`);
+  return `[${rows.join(', ')}${rows.length * cols < v.length ? ', …' : ''}]`;
+}
+
+// A tensor as an HTML table, rows named when names are known; rowClass(r) may mark a row.
+function tensorTable(t, names = [], rowClass = () => '') {
+  if (!t) return '<span class="missing">none</span>';
+  if (t.truncated)
+    return `<code>${esc(inline(t))}</code> <small>min ${fmt(t.min)}, max ${fmt(t.max)}, mean ${fmt(t.mean)}, std ${fmt(t.std)}</small>`;
+  if (t.shape.length === 0) return `<code class="num">${fmt(t.values[0])}</code>`;
+  if (t.shape.length === 1) {
+    const head = names.length ? `<tr>${names.map((n) => `<th>${esc(n)}</th>`).join('')}</tr>` : '';
+    return `<table class="tensor">${head}<tr>${t.values.map((x) => `<td>${fmt(x)}</td>`).join('')}</tr></table>`;
+  }
+  if (t.shape.length !== 2) return `<code>${esc(inline(t))}</code>`;
+  const cols = t.shape[1];
+  let html = '<table class="tensor">';
+  for (let r = 0; r < t.shape[0]; r++) {
+    const cls = rowClass(r) ? ` class="${rowClass(r)}"` : '';
+    const name = names.length ? `<th>${esc(names[r])}</th>` : '';
+    html += `<tr${cls}>${name}${t.values.slice(r * cols, (r + 1) * cols).map((x) => `<td>${fmt(x)}</td>`).join('')}</tr>`;
+  }
+  return html + '</table>';
+}
+
+const shapeStr = (s) => `(${s.join(', ')}${s.length === 1 ? ',' : ''})`;
+
+// ---- one tape: its values, its walk, its layout --------------------------------------------------
+
+// The ops' rules, as the table at the top of src/ops/ops.hpp states them (shown when known).
+const RULES = {
+  gather: ['y[i] = E[ids[i]]', 'dE[ids[i]] += dy[i]'],
+  matmul: ['y = a @ b', 'da = dy @ bᵀ,  db = aᵀ @ dy'],
+  add_row: ['y = x + b, b added to every row', 'dx = dy,  db = sum of the rows of dy'],
+  add: ['y = a + b', 'da = dy,  db = dy'],
+  sub: ['y = a − b', 'da = dy,  db = −dy'],
+  mul: ['y = a · b', 'da = dy · b,  db = dy · a'],
+  scale: ['y = s · x', 'dx = s · dy'],
+  exp: ['y = exp(x)', 'dx = dy · y'],
+  log: ['y = log(x)', 'dx = dy / x'],
+  tanh: ['y = tanh(x)', 'dx = dy · (1 − y²)'],
+  relu: ['y = max(x, 0)', 'dx = dy · [x > 0]'],
+  softmax: ['y = exp(x − max) / sum exp(x − max), per row', 'dx = y · (dy − sum_j dy·y)'],
+  cross_entropy: ['loss = mean over rows of −log softmax(z)[t]', 'dz = (softmax(z) − onehot(t)) / B · dy'],
+  sum: ['y = sum of x', 'dx = dy'],
+  mean: ['y = sum of x / n', 'dx = dy / n'],
+  transpose: ['y = xᵀ', 'dx = dyᵀ'],
+  reshape: ['y = x, reshaped', 'dx = dy, reshaped back'],
+};
+
+function prepare(source, key) {
+  const d = source.dump;
+  const t = {
+    key, file: source.file, title: d.title, mode: d.mode, values: d.values, check: d.gradient_check,
+    visits: d.backward ? d.backward.visits : [], events: d.backward ? d.backward.events : [],
+    byId: new Map(), byNode: new Map(),
+  };
+  for (const v of t.values) {
+    t.byId.set(v.id, v);
+    if (v.node !== null) t.byNode.set(v.node, v);
+  }
+  t.steps = walk(t);
+  t.layout = layout(t);
+  return t;
+}
+
+const nameOf = (t, v) => v.label || `#${v.index} ${v.op || v.kind}`;
+
+// "#4 x = gather(embedding, input_ids)", "#5 matmul(x, weights)", "#0 embedding".
+function signature(t, v) {
+  if (!v.op) return `#${v.index} ${v.label || v.kind}`;
+  const head = v.label ? `#${v.index} ${v.label} = ` : `#${v.index} `;
+  return `${head}${v.op}(${v.inputs.map((id) => nameOf(t, t.byId.get(id))).join(', ')})`;
+}
+
+const rowName = (v, row) => `row ${row}${v.rows && v.rows[row] !== undefined ? ` (${v.rows[row]})` : ''}`;
+
+function slotName(t, ev) {
+  const to = t.byId.get(ev.to);
+  return `d ${nameOf(t, to)}${ev.row !== null ? `, ${rowName(to, ev.row)}` : ''}`;
+}
+
+// Forward value by value, backward contribution by contribution (a visit that sent nothing is a
+// step of its own), then the summary: the same walk as apps/tape/walk.cpp. `done` counts the
+// contributions made by the end of the step.
+function walk(t) {
+  const steps = t.values.map((v, i) => ({ phase: 'forward', entry: i, event: -1, done: 0 }));
+  let next = 0;
+  t.visits.forEach((node, visit) => {
+    const first = next;
+    while (next < t.events.length && t.events[next].node === node) {
+      steps.push({ phase: 'backward', visit, event: next, done: next + 1 });
+      next++;
+    }
+    if (next === first) steps.push({ phase: 'backward', visit, event: -1, done: next });
+  });
+  steps.push({ phase: 'summary', event: -1, done: t.events.length });
+  return steps;
+}
+
+// Layered layout, top to bottom: an op sits one layer below its deepest input; a parameter or an
+// input sits just above its first reader, so it is drawn next to where it is used. Within a layer,
+// a few barycentre sweeps order the nodes to keep edges short.
+const NODE_W = 156, NODE_H = 48, GAP_X = 26, GAP_Y = 58, MARGIN = 14;
+
+function layout(t) {
+  if (!t.values.length) return { at: new Map(), width: 0, height: 0 };
+  const layer = new Map(), readers = new Map();
+  for (const v of t.values) readers.set(v.id, []);
+  for (const v of t.values) for (const id of v.inputs) readers.get(id).push(v.id);
+  for (const v of t.values) if (v.inputs.length) layer.set(v.id, 1 + Math.max(...v.inputs.map((id) => layer.get(id) ?? 0)));
+  for (const v of t.values) {
+    if (v.inputs.length) continue;
+    const below = readers.get(v.id).map((id) => layer.get(id));
+    layer.set(v.id, below.length ? Math.max(0, Math.min(...below) - 1) : 0);
+  }
+  const depth = Math.max(...layer.values()) + 1;
+  const rows = Array.from({ length: depth }, () => []);
+  for (const v of t.values) rows[layer.get(v.id)].push(v.id);
+
+  const neighbours = (id) => [...t.byId.get(id).inputs, ...readers.get(id)];
+  const sweep = (l, towards) => {
+    const pos = new Map(rows[towards].map((id, i) => [id, i]));
+    const key = new Map(rows[l].map((id, i) => {
+      const near = neighbours(id).filter((n) => pos.has(n)).map((n) => pos.get(n));
+      return [id, near.length ? near.reduce((a, b) => a + b, 0) / near.length : i];
+    }));
+    rows[l].sort((a, b) => key.get(a) - key.get(b));
+  };
+  for (let pass = 0; pass < 2; pass++) {
+    for (let l = 1; l < depth; l++) sweep(l, l - 1);
+    for (let l = depth - 2; l >= 0; l--) sweep(l, l + 1);
+  }
+
+  const widest = Math.max(...rows.map((r) => r.length));
+  const width = widest * (NODE_W + GAP_X) - GAP_X + 2 * MARGIN;
+  const height = depth * (NODE_H + GAP_Y) - GAP_Y + 2 * MARGIN;
+  const at = new Map();
+  rows.forEach((r, l) => {
+    const x0 = (width - (r.length * (NODE_W + GAP_X) - GAP_X)) / 2;
+    r.forEach((id, i) => at.set(id, { x: x0 + i * (NODE_W + GAP_X), y: MARGIN + l * (NODE_H + GAP_Y) }));
+  });
+  return { at, width, height };
+}
+
+// Where an edge leaves its input (bottom centre) and enters slot k of its reader (spread on top).
+function edgeEnds(t, from, to, slot) {
+  const a = t.layout.at.get(from), b = t.layout.at.get(to);
+  const n = t.byId.get(to).inputs.length;
+  return { x1: a.x + NODE_W / 2, y1: a.y + NODE_H, x2: b.x + NODE_W / 2 + (slot - (n - 1) / 2) * 30, y2: b.y };
+}
+
+function curve(x1, y1, x2, y2) {
+  const bend = Math.max(24, Math.abs(y2 - y1) / 2);
+  return `M${x1},${y1} C${x1},${y1 + Math.sign(y2 - y1) * bend} ${x2},${y2 - Math.sign(y2 - y1) * bend} ${x2},${y2}`;
+}
+
+// ---- drawing one tape at one step ---------------------------------------------------------------
+
+function graphSvg(t, step) {
+  const { width, height } = t.layout;
+  const current = step && step.phase === 'forward' ? t.values[step.entry] : null;
+  const event = step && step.phase === 'backward' && step.event >= 0 ? t.events[step.event] : null;
+  const visiting = step && step.phase === 'backward' ? t.byNode.get(t.visits[step.visit]) : null;
+
+  let edges = '', flows = '', nodes = '';
+  for (const v of t.values) {
+    v.inputs.forEach((from, slot) => {
+      const { x1, y1, x2, y2 } = edgeEnds(t, from, v.id, slot);
+      const cls = current && v.index > current.index ? ' future' : current && v.id === current.id ? ' reads' : '';
+      edges += `<path class="edge${cls}" d="${curve(x1, y1, x2, y2)}" marker-end="url(#${t.key}-${cls === ' reads' ? 'forward' : 'arrow'})"/>`;
+    });
+  }
+  for (let i = 0; i < (step ? step.done : 0); i++) {
+    const ev = t.events[i], reader = t.byNode.get(ev.node);
+    const { x1, y1, x2, y2 } = edgeEnds(t, ev.to, reader.id, ev.input);
+    const lost = ev.kind === 'overwritten' ? ' lost' : '';
+    const now = event !== null && i === step.event;
+    flows += `<path class="flow${now ? ' now' : ' done'}${lost}" d="${curve(x2, y2, x1, y1)}" marker-end="url(#${t.key}-${lost ? 'lost' : 'gradient'})"/>`;
+    if (now) {
+      const label = ev.kind === 'overwritten' ? `LOST · ${ev.row !== null ? rowName(t.byId.get(ev.to), ev.row) : 'overwritten'}`
+        : ev.row !== null ? rowName(t.byId.get(ev.to), ev.row) : `d ${nameOf(t, t.byId.get(ev.to))}`;
+      const w = 12 + label.length * 7, cx = (x1 + x2) / 2, cy = (y1 + y2) / 2;
+      flows += `<g class="chip${lost}"><rect x="${cx - w / 2}" y="${cy - 11}" width="${w}" height="22" rx="11"/>` +
+        `<text x="${cx}" y="${cy + 4}" text-anchor="middle">${esc(label)}</text></g>`;
+    }
+  }
+  for (const v of t.values) {
+    const { x, y } = t.layout.at.get(v.id);
+    let cls = v.kind;
+    if (current && v.index > current.index) cls += ' future';
+    if (current && v.id === current.id) cls += ' current';
+    if (visiting && v.id === visiting.id) cls += ' visiting';
+    if (event && v.id === event.to) cls += ` receiving${event.kind === 'overwritten' ? ' lost' : ''}`;
+    const sub = v.op ? `${v.op} ${shapeStr(v.shape)}` : `${v.kind} ${shapeStr(v.shape)}`;
+    nodes += `<g class="node ${cls}" data-id="${v.id}"><title>${esc(signature(t, v))}</title>` +
+      `<rect class="halo" x="${x - 4}" y="${y - 4}" width="${NODE_W + 8}" height="${NODE_H + 8}" rx="11"/>` +
+      `<rect class="box" x="${x}" y="${y}" width="${NODE_W}" height="${NODE_H}" rx="8"/>` +
+      `<text class="name" x="${x + NODE_W / 2}" y="${y + 20}" text-anchor="middle">${esc(nameOf(t, v))}</text>` +
+      `<text class="sub" x="${x + NODE_W / 2}" y="${y + 37}" text-anchor="middle">${esc(sub)}</text></g>`;
+  }
+  const marker = (name, colour) => `<marker id="${t.key}-${name}" viewBox="0 0 10 10" refX="9" refY="5" markerUnits="userSpaceOnUse" markerWidth="11" markerHeight="11" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="${colour}"/></marker>`;
+  return `<svg class="graph" viewBox="0 0 ${width} ${height}" style="max-width:${width * 1.15}px" role="img" aria-label="the graph of ${esc(t.file)}">` +
+    `<defs>${marker('arrow', '#94a3b8')}${marker('forward', '#2563eb')}${marker('gradient', '#ea580c')}${marker('lost', '#dc2626')}</defs>` +
+    `${edges}${flows}${nodes}</svg>`;
+}
+
+const ruleLine = (op, which) => (RULES[op] ? `<p class="rule">${which === 0 ? 'forward' : 'backward rule'}: <code>${esc(RULES[op][which])}</code></p>` : '');
+
+function forwardDetail(t, v) {
+  const where = `${v.kind} ${shapeStr(v.shape)} ${v.dtype} on ${v.device}`;
+  if (!v.op) {
+    const what = v.kind === 'parameter' ? 'a <b>parameter</b>: it is trained, so the backward pass will give it a gradient'
+      : v.kind === 'input' ? 'an <b>input</b>: data, it gets no gradient'
+        : 'computed without a node on the tape: no gradient flows through it';
+    return `<h3><code>${esc(signature(t, v))}</code></h3><p class="note">${what}. <small>${esc(where)}</small></p>` +
+      `<h4>value</h4>${tensorTable(v.value, v.rows || [])}`;
+  }
+  const inputs = v.inputs.map((id, k) => {
+    const x = t.byId.get(id);
+    return `<div><h4>input ${k} · ${esc(nameOf(t, x))} <small>${x.kind} ${shapeStr(x.shape)}</small></h4>${tensorTable(x.value, x.rows || [])}</div>`;
+  }).join('');
+  return `<h3><code>${esc(signature(t, v))}</code></h3>${ruleLine(v.op, 0)}` +
+    `<div class="io">${inputs}<div><h4>output · ${esc(nameOf(t, v))} <small>${shapeStr(v.shape)}</small></h4>${tensorTable(v.value, v.rows || [])}</div></div>`;
+}
+
+// The receiving gradient as it stands after event i, rebuilt from the "after" slices of the
+// events into it; null when part of it is unknown (a gradient from before this pass) or too large
+// to list. A first row event that sets means the engine's scatter started from zeros.
+function gradientSoFar(t, i) {
+  const target = t.events[i].to, to = t.byId.get(target);
+  if (to.value.truncated) return null;
+  const mine = t.events.slice(0, i + 1).filter((e) => e.to === target);
+  const fromZeros = mine[0].row !== null && mine[0].kind === 'set';
+  const values = new Array(to.value.count).fill(0), known = new Array(to.value.count).fill(fromZeros);
+  const rowSize = to.shape.length > 1 ? to.shape.slice(1).reduce((a, b) => a * b, 1) : 1;
+  for (const e of mine) {
+    if (!e.after || e.after.truncated) return null;
+    const start = e.row !== null ? e.row * rowSize : 0;
+    e.after.values.forEach((x, j) => { values[start + j] = num(x); known[start + j] = true; });
+  }
+  return known.every(Boolean) ? { ...to.value, values } : null;
+}
+
+function backwardDetail(t, step) {
+  const reader = t.byNode.get(t.visits[step.visit]);
+  let html = `<h3>backward of <code>${esc(signature(t, reader))}</code></h3>${ruleLine(reader.op, 1)}`;
+  const incoming = `<div><h4>incoming gradient · d ${esc(nameOf(t, reader))} <small>${shapeStr(reader.shape)}</small></h4>${tensorTable(reader.grad, reader.rows || [])}</div>`;
+  if (step.event < 0) return `${html}<div class="io">${incoming}</div><div class="verdict none">It sends nothing: none of its inputs needs a gradient.</div>`;
+
+  const ev = t.events[step.event], to = t.byId.get(ev.to), slot = slotName(t, ev);
+  html += `<div class="io">${incoming}<div><h4>flows to · ${esc(slot)} <small>input ${ev.input} of ${esc(ev.op)}</small></h4>${tensorTable(ev.contribution)}</div></div>`;
+  if (ev.kind === 'overwritten') {
+    const d = ev.discarded, c = ev.contribution;
+    const sum = !d.truncated && !c.truncated ? inline({ ...c, values: c.values.map((x, j) => num(x) + num(d.values[j])) }) : null;
+    html += `<div class="verdict lost"><b class="kind">LOST</b> overwritten: ${esc(slot)} held <code>${esc(inline(d))}</code>; ` +
+      `it is thrown away and replaced by this contribution.${sum ? ` Adding would have kept both: <code>${esc(sum)}</code>.` : ''}</div>`;
+  } else if (ev.kind === 'added') {
+    html += `<div class="verdict added"><b class="kind">ADDED</b> ${esc(slot)} ` +
+      (ev.after ? `now holds <code>${esc(inline(ev.after))}</code>: what it held plus this contribution.</div>`
+        : 'adds this contribution to the gradient it held from before this pass.</div>');
+  } else {
+    html += `<div class="verdict set"><b class="kind">SET</b> ${esc(slot)} had no gradient yet; it now holds this contribution.</div>`;
+  }
+  const sofar = gradientSoFar(t, step.event);
+  if (sofar && (ev.row !== null || to.shape.length > 0))
+    html += `<h4>d ${esc(nameOf(t, to))} so far <small>${shapeStr(to.shape)}</small></h4>` +
+      tensorTable(sofar, to.rows || [], (r) => (r === ev.row ? (ev.kind === 'overwritten' ? 'hit lost' : 'hit') : ''));
+  return html;
+}
+
+function checkLine(t) {
+  const c = t.check;
+  if (!c) return '<p class="note">gradient check: not run for this dump</p>';
+  const failed = c.parameters.filter((p) => !p.passed).map((p) => `${esc(p.label || p.id)} (max error ${fmt(p.max_error)})`);
+  return `<p class="note">gradient check <small>(central differences, epsilon ${fmt(c.epsilon)}, tolerance ${fmt(c.tolerance)})</small>: ` +
+    (c.passed ? `<span class="badge ok">passed</span> max error ${fmt(c.max_error)}` : `<span class="badge fail">failed</span> ${failed.join(', ')}`) + '</p>';
+}
+
+function summaryDetail(t) {
+  let html = '<h3>done: the final gradients</h3>';
+  html += '<div class="io">' + t.values.filter((v) => v.kind === 'parameter').map((v) =>
+    `<div><h4>d ${esc(nameOf(t, v))} <small>${shapeStr(v.shape)}</small></h4>${tensorTable(v.grad, v.rows || [])}</div>`).join('') + '</div>';
+  html += checkLine(t);
+  const lost = t.steps.map((s, i) => [s, i]).filter(([s]) => s.event >= 0 && t.events[s.event].kind === 'overwritten');
+  html += lost.length
+    ? `<div class="verdict lost"><b class="kind">LOST</b> ${lost.length} contribution${lost.length > 1 ? 's' : ''} overwritten: ` +
+      lost.map(([s, i]) => `step ${i + 1}, ${esc(slotName(t, t.events[s.event]))}`).join('; ') + '</div>'
+    : `<div class="verdict none">No contribution was lost${t.mode === 'accumulate' ? ': contributions that meet are added.' : '.'}</div>`;
+  return html;
+}
+
+function detail(t, step) {
+  if (!step) return `<p class="missing">this run has no step here</p>`;
+  if (step.phase === 'forward') return forwardDetail(t, t.values[step.entry]);
+  if (step.phase === 'backward') return backwardDetail(t, step);
+  return summaryDetail(t);
+}
+
+// ---- the page -----------------------------------------------------------------------------------
+
+const tapes = JSON.parse(document.getElementById('tapes').textContent).map((source, i) => prepare(source, `tape${i}`));
+const count = Math.max(...tapes.map((t) => t.steps.length));
+let at = 0;
+
+const MODE_NOTE = {
+  accumulate: 'correct: contributions that meet are added',
+  'overwrite-bug': 'the bug: each contribution is written over the last one',
+};
+
+function phaseText(t, step) {
+  if (!step) return '';
+  if (step.phase === 'forward') return `forward · value ${step.entry + 1} of ${t.values.length}`;
+  if (step.phase === 'backward') return `backward · visit ${step.visit + 1} of ${t.visits.length} (${t.byNode.get(t.visits[step.visit]).op})`;
+  return 'summary';
+}
+
+function setup() {
+  document.getElementById('title').textContent = tapes[0].title;
+  const panels = document.getElementById('panels');
+  panels.style.setProperty('--panels', tapes.length);
+  panels.classList.toggle('single', tapes.length === 1);
+  panels.innerHTML = tapes.map((t, i) => `<article class="panel" id="panel-${i}">` +
+    `<h2><span class="badge ${t.mode}">${t.mode}</span> ${esc(t.file)}</h2><p class="mode-note">${MODE_NOTE[t.mode]}</p>` +
+    `<div class="body"><div class="graph-box"></div><div class="detail"></div></div></article>`).join('');
+
+  document.getElementById('timeline').innerHTML = Array.from({ length: count }, (_, i) => {
+    const step = tapes.map((t) => t.steps[i]).find((s) => s);
+    const lost = tapes.some((t) => t.steps[i] && t.steps[i].event >= 0 && t.events[t.steps[i].event].kind === 'overwritten');
+    return `<button class="${lost ? 'lost' : step.phase}" data-step="${i}" title="step ${i + 1}${lost ? ': gradient lost' : ''}" aria-label="step ${i + 1}"></button>`;
+  }).join('');
+  document.getElementById('timeline').addEventListener('click', (e) => {
+    if (e.target.dataset.step !== undefined) go(Number(e.target.dataset.step));
+  });
+
+  const items = [];
+  tapes.forEach((t) => t.steps.forEach((s, i) => {
+    if (s.phase !== 'backward' || s.event < 0 || t.events[s.event].kind !== 'overwritten') return;
+    const ev = t.events[s.event];
+    const others = tapes.filter((o) => o !== t && o.steps[i] && o.steps[i].event >= 0).map((o) => {
+      const oe = o.events[o.steps[i].event];
+      return oe.to === ev.to && oe.row === ev.row && oe.after
+        ? ` In ${esc(o.file)} (${o.mode}) the same contribution is ${oe.kind}: ${esc(slotName(o, oe))} becomes <code>${esc(inline(oe.after))}</code>.` : '';
+    }).join('');
+    items.push(`<li><button data-step="${i}">step ${i + 1}</button><b>${esc(t.file)}</b>: the backward of ${esc(ev.op)} writes ` +
+      `<code>${esc(inline(ev.contribution))}</code> over ${esc(slotName(t, ev))}, which held <code>${esc(inline(ev.discarded))}</code>: that gradient is lost.${others}</li>`);
+  }));
+  const losses = document.getElementById('losses');
+  if (items.length) {
+    losses.hidden = false;
+    losses.innerHTML = `<h2>Where gradient is lost</h2><ul>${items.join('')}</ul>`;
+    losses.addEventListener('click', (e) => {
+      if (e.target.dataset.step !== undefined) go(Number(e.target.dataset.step));
+    });
+  }
+
+  document.getElementById('finals').innerHTML = finals();
+  document.getElementById('first').addEventListener('click', () => go(0));
+  document.getElementById('back').addEventListener('click', () => go(at - 1));
+  document.getElementById('next').addEventListener('click', () => go(at + 1));
+  document.getElementById('last').addEventListener('click', () => go(count - 1));
+  document.addEventListener('keydown', (e) => {
+    if (e.altKey || e.ctrlKey || e.metaKey) return;
+    const moves = { ArrowRight: at + 1, ' ': at + 1, n: at + 1, ArrowLeft: at - 1, b: at - 1, Home: 0, End: count - 1 };
+    if (!(e.key in moves)) return;
+    e.preventDefault();
+    go(moves[e.key]);
+  });
+  // #step=N in the address opens step N (and follows edits of the address)
+  const fromHash = () => {
+    const hash = /^#step=(\d+)$/.exec(location.hash);
+    go(hash ? Number(hash[1]) - 1 : 0);
+  };
+  window.addEventListener('hashchange', fromHash);
+  fromHash();
+}
+
+// Every parameter's final gradient, one column per run; rows that differ between runs marked.
+function finals() {
+  let html = '<h2>Final gradients</h2>';
+  const params = tapes[0].values.filter((v) => v.kind === 'parameter');
+  html += `<div class="grid" style="grid-template-columns: repeat(${tapes.length}, minmax(0, max-content))">`;
+  for (const p of params) {
+    tapes.forEach((t) => {
+      const v = t.byId.get(p.id), g = v && v.grad;
+      const other = tapes.find((o) => o !== t), og = other && other.byId.get(p.id) && other.byId.get(p.id).grad;
+      const comparable = g && og && g.shape.length === 2 && !g.truncated && !og.truncated && g.count === og.count;
+      const cols = comparable ? g.shape[1] : 0;
+      const differs = (r) => comparable &&
+        g.values.slice(r * cols, (r + 1) * cols).some((x, j) => num(x) !== num(og.values[r * cols + j]));
+      html += `<div><h4>d ${esc(nameOf(tapes[0], p))} · ${esc(t.file)}</h4>` +
+        `${tensorTable(g, (v && v.rows) || [], (r) => (differs(r) ? 'differs' : ''))}</div>`;
+    });
+  }
+  html += '</div><div class="checks">' + tapes.map((t) => `<p><b>${esc(t.file)}</b></p>${checkLine(t)}`).join('') + '</div>';
+  if (tapes.length > 1) html += '<p class="note"><small>Rows marked yellow differ between the runs.</small></p>';
+  return html;
+}
+
+function go(i) {
+  at = Math.max(0, Math.min(count - 1, i));
+  document.getElementById('step-label').textContent = `Step ${at + 1} of ${count}`;
+  const lead = tapes.find((t) => t.steps[at]);
+  const phase = document.getElementById('phase');
+  phase.className = lead.steps[at].phase;
+  phase.textContent = phaseText(lead, lead.steps[at]);
+  document.getElementById('first').disabled = document.getElementById('back').disabled = at === 0;
+  document.getElementById('next').disabled = document.getElementById('last').disabled = at === count - 1;
+  tapes.forEach((t, k) => {
+    const panel = document.getElementById(`panel-${k}`);
+    panel.querySelector('.graph-box').innerHTML = graphSvg(t, t.steps[at]);
+    panel.querySelector('.detail').innerHTML = detail(t, t.steps[at]);
+  });
+  for (const b of document.querySelectorAll('#timeline button')) b.classList.toggle('current', Number(b.dataset.step) === at);
+  history.replaceState(null, '', `#step=${at + 1}`);
+}
+
+setup();

@@ -1,0 +1,102 @@
+// Reading a tape dump (docs/tape-format.md) into checked structs for apps/tape.
+//
+// Rule: nothing half-read gets through. parse_tape checks the format name, the version and every
+// field the tool uses (type, range, and that ids, node indices and shapes agree with each other)
+// before it returns, and throws tapegrad::RefusedFile naming the file and the field otherwise:
+//   "[tape] bad.json: values[4].inputs[1] names value 7, which is not recorded before it".
+// Fields it does not know are ignored (version 1 may grow optional fields; see the format doc).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/json.hpp"
+
+namespace tape {
+
+namespace json = tapegrad::json;
+
+// A dumped tensor: whole, or statistics and its first elements ("truncated").
+struct TensorData {
+  std::vector<int64_t> shape;
+  std::string dtype;
+  int64_t count = 0;
+  bool truncated = false;
+  std::vector<double> values;  // all `count` elements, or the first ones when truncated
+  double min = 0, max = 0, mean = 0, std = 0;  // NaN when count is 0
+};
+
+// One value in record order: a parameter, an input, or an op's output.
+struct Entry {
+  int index = 0;
+  int32_t id = 0;        // the graph's id: parameters are negative
+  std::string kind;      // "parameter", "input" or "activation"
+  std::string label;     // may be empty
+  std::string op;        // empty when no node produced it
+  int32_t node = -1;     // the node that produced it, -1 when none
+  std::vector<int32_t> inputs;  // the ids the op read, in slot order
+  std::vector<int64_t> shape;
+  std::string dtype, device;
+  bool requires_grad = false;
+  std::vector<std::string> rows;  // row names, or empty
+  TensorData value;
+  std::optional<TensorData> grad;  // as it stood when the backward pass ended
+};
+
+enum class EventKind { set, added, overwritten };
+const char* event_kind_name(EventKind k);
+
+// One gradient contribution, in the order the engine made it.
+struct Event {
+  int32_t node = -1;    // whose backward sent it
+  std::string op;
+  int32_t to = 0;       // the receiving value's id
+  int input = 0;        // which input slot of the node
+  int64_t row = -1;     // >= 0: it went to this row only
+  EventKind kind = EventKind::set;
+  TensorData contribution;
+  std::optional<TensorData> discarded;  // overwritten: what the slot held before
+  std::optional<TensorData> after;      // the slot (or row) right after; absent when unknown
+};
+
+struct ParameterCheck {
+  int32_t id = 0;
+  std::string label;
+  double max_error = 0;
+  bool passed = false;
+};
+
+struct GradientCheck {
+  double epsilon = 0, tolerance = 0, max_error = 0;
+  bool passed = false;
+  std::vector<ParameterCheck> parameters;
+};
+
+struct Tape {
+  std::string path;  // as given, for messages
+  int version = 0;
+  std::string title;
+  bool overwrite_bug = false;
+  int64_t whole_limit = 0, head = 0;
+  std::vector<Entry> values;
+  bool has_backward = false;
+  std::vector<int32_t> visits;  // node indices, in the order their backward ran
+  std::vector<Event> events;
+  std::optional<GradientCheck> gradient_check;
+  json::Value document;  // the dump as parsed, for pages that embed it
+
+  const Entry& entry(int32_t id) const;          // by graph id; the id must exist
+  const Entry& producer(int32_t node) const;     // the value a node produced; the node must exist
+  std::string name(const Entry& e) const;        // its label, or "#5 matmul"
+  std::string mode() const { return overwrite_bug ? "overwrite-bug" : "accumulate"; }
+};
+
+// Checks and converts a dump's text; `path` names it in errors.
+Tape parse_tape(std::string_view text, const std::string& path);
+// Reads and checks the file at `path`.
+Tape read_tape(const std::string& path);
+
+}  // namespace tape

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The tape page in headless Chromium (page_test.mjs does the stepping and the checks). Skips
+# (exit 77, one line) when chromium, node or the test's node_modules are missing; .ci/run
+# installs chromium and runs `npm ci` in tests/tape/browser first.
+#
+#   page_test.sh TAPE TINY_STEP SCREENSHOT.png
+set -u
+TAPE=$1 TINY=$2 SHOT=$3
+here=$(cd "$(dirname "$0")" && pwd)
+if [[ ! -x /usr/bin/chromium ]]; then
+  echo "SKIP: /usr/bin/chromium is missing (apt-get install chromium), so the page is not loaded"
+  exit 77
+fi
+if ! command -v node > /dev/null; then
+  echo "SKIP: node is missing (apt-get install npm), so the page is not loaded"
+  exit 77
+fi
+if [[ ! -d $here/browser/node_modules/playwright-core ]]; then
+  echo "SKIP: playwright-core is not installed (cd tests/tape/browser && npm ci), so the page is not loaded"
+  exit 77
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$TINY" --dump-tape "$work/good.json" > /dev/null || exit 1
+"$TINY" --overwrite-bug --dump-tape "$work/bad.json" > /dev/null || exit 1
+"$TAPE" html "$work/good.json" "$work/bad.json" -o "$work/pair.html" 2> /dev/null || exit 1
+"$TAPE" html "$work/good.json" -o "$work/single.html" 2> /dev/null || exit 1
+exec node "$here/browser/page_test.mjs" "$work/pair.html" "$work/single.html" "$SHOT"
