@@ -14,4 +14,5 @@
 #include "graph/tape_dump.hpp"
 #include "graph/tensor.hpp"
 #include "ops/ops.hpp"
+#include "optim/adamw.hpp"
 #include "optim/sgd.hpp"

@@ -8,7 +8,8 @@
 //   tiny_step --dump-tape FILE     also write the step's tape dump (docs/tape-format.md); the
 //                                  trace is printed (or written, or checked) as without it
 //
-// Exit codes: 0 done, 1 --check found a difference, 2 bad input (nothing is written).
+// Exit codes: 0 done, 1 --check found a difference, 2 bad input or an unusable device (CUDA not
+// built, no device, out of device memory; nothing is written).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -53,7 +54,9 @@ int main(int argc, char** argv) {
     tiny::TraceOptions options;
     options.overwrite_bug = overwrite_bug;
     options.dump_tape = dump_path;
-    text = tapegrad::json::dumps(tiny::trace(config, tapegrad::parse_device(device_name), options)) + "\n";
+    const tapegrad::Device device = tapegrad::parse_device(device_name);
+    text = tapegrad::json::dumps(tiny::trace(config, device, options)) + "\n";
+    tapegrad::synchronize(device);  // the end of the step: the device's kernels finished without error
   } catch (const tapegrad::Error& e) {
     std::fprintf(stderr, "tiny_step: %s\n", e.what());
     return 2;

@@ -19,6 +19,8 @@ struct DeviceBackend {
   // Copies nbytes between any two devices (either side may be the host). Synchronous for the host side.
   virtual void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) = 0;
   virtual void memset_zero(void* ptr, size_t nbytes, int device_index) = 0;
+  // Waits for the device's queued work and throws what its kernels recorded (an out-of-range index).
+  virtual void synchronize(int /*device_index*/) {}
 };
 
 // The backend for a device type; throws DeviceError if that device type is not built in.
@@ -26,6 +28,10 @@ DeviceBackend& backend_for(DeviceType type);
 
 // Called once by src/cuda at static initialization when tapegrad is built with CUDA.
 void register_backend(DeviceType type, DeviceBackend* backend);
+
+// Waits for `device` and reports its kernels' recorded errors as tapegrad::Error (a no-op on the
+// CPU, whose kernels throw at once). Apps call it at the end of a step.
+void synchronize(Device device);
 
 // Host fallbacks: the number of times an op ran on the host although its inputs live on a device.
 // Native-only runs (bob --device cuda) refuse to go on when this moves.

@@ -45,18 +45,24 @@ DeviceBackend& backend_for(DeviceType type) {
 
 void register_backend(DeviceType type, DeviceBackend* backend) { g_backends[static_cast<int>(type)] = backend; }
 
+void synchronize(Device device) { backend_for(device.type).synchronize(device.index); }
+
 uint64_t host_fallback_count() { return g_host_fallbacks.load(); }
 void note_host_fallback(const char*) { g_host_fallbacks.fetch_add(1); }
 
 // ---- host blocks: a per-thread cache of power-of-two blocks up to 64 KiB, so a training loop's
-// small tensors reuse memory instead of going through malloc and free every op.
+// small tensors reuse memory instead of going through malloc and free every op; and a cache of
+// larger blocks by exact size (up to 16 MiB in all), so its large tensors (bob's [256, 256]
+// tables) reuse theirs instead of being mapped and page-faulted in afresh every step.
 
 namespace {
 
 #if defined(__SANITIZE_ADDRESS__)
 constexpr size_t kCachedBytesPerClass = 0;  // AddressSanitizer builds: every block goes back to malloc
+constexpr size_t kCachedLargeBytes = 0;
 #else
 constexpr size_t kCachedBytesPerClass = size_t{1} << 20;  // up to 1 MiB of free blocks per size class
+constexpr size_t kCachedLargeBytes = size_t{16} << 20;    // up to 16 MiB of free large blocks
 #endif
 constexpr size_t kMinBlock = 64, kMaxCachedBlock = 64 * 1024, kClasses = 11;
 
@@ -66,8 +72,15 @@ size_t size_class(size_t bytes) {  // kMinBlock << class >= bytes
   return c;
 }
 
+struct LargeBlock {
+  void* p;
+  size_t bytes;
+};
+
 struct BlockCache {
   std::vector<void*> free[kClasses];
+  std::vector<LargeBlock> large;  // free blocks above kMaxCachedBlock, least recently freed first
+  size_t large_bytes = 0;
   ~BlockCache();
 };
 // initial-exec: the library is linked, not dlopen'ed, so its thread-locals can skip __tls_get_addr.
@@ -77,6 +90,7 @@ TG_TLS BlockCache t_cache;
 BlockCache::~BlockCache() {
   for (auto& list : free)
     for (void* p : list) std::free(p);
+  for (const LargeBlock& block : large) std::free(block.p);
   t_cache_gone = true;
 }
 
@@ -91,6 +105,16 @@ void* host_block(size_t bytes, size_t* block_bytes) {
     }
   } else {
     *block_bytes = (bytes + 63) / 64 * 64;
+    if (!t_cache_gone) {
+      std::vector<LargeBlock>& large = t_cache.large;
+      for (size_t k = large.size(); k-- > 0;) {
+        if (large[k].bytes != *block_bytes) continue;
+        void* p = large[k].p;
+        large.erase(large.begin() + static_cast<std::ptrdiff_t>(k));
+        t_cache.large_bytes -= *block_bytes;
+        return p;
+      }
+    }
   }
   void* p = std::aligned_alloc(64, *block_bytes);
   if (!p) throw std::bad_alloc();
@@ -98,12 +122,27 @@ void* host_block(size_t bytes, size_t* block_bytes) {
 }
 
 void free_host_block(void* p, size_t block_bytes) {
-  if (block_bytes <= kMaxCachedBlock && !t_cache_gone) {
+  if (t_cache_gone) {
+    std::free(p);
+    return;
+  }
+  if (block_bytes <= kMaxCachedBlock) {
     auto& list = t_cache.free[size_class(block_bytes)];
     if ((list.size() + 1) * block_bytes <= kCachedBytesPerClass) {
       list.push_back(p);
       return;
     }
+  } else if (block_bytes <= kCachedLargeBytes) {
+    std::vector<LargeBlock>& large = t_cache.large;
+    large.push_back({p, block_bytes});
+    t_cache.large_bytes += block_bytes;
+    size_t evicted = 0;  // over the limit: the least recently freed blocks go back to malloc
+    for (; t_cache.large_bytes > kCachedLargeBytes; ++evicted) {
+      std::free(large[evicted].p);
+      t_cache.large_bytes -= large[evicted].bytes;
+    }
+    large.erase(large.begin(), large.begin() + static_cast<std::ptrdiff_t>(evicted));
+    return;
   }
   std::free(p);
 }

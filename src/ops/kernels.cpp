@@ -42,57 +42,66 @@ Device common_device(const char* op, std::initializer_list<const Tensor*> tensor
   return first ? first->device() : Device::cpu();
 }
 
+// TG_DISPATCH(op, call, &tensor, ...): run cuda::call or cpu::call by the tensors' one device;
+// `op` names the op in errors ("[add] inputs are on different devices: cpu and cuda:0 ...").
 #if TAPEGRAD_WITH_CUDA
-#define TG_DISPATCH(name, ...)                                                        \
+#define TG_DISPATCH(op, call, ...)                                                    \
   do {                                                                                \
-    if (common_device(#name, {__VA_ARGS__}).is_cuda()) return cuda::name;             \
-    return cpu::name;                                                                 \
+    if (common_device(op, {__VA_ARGS__}).is_cuda()) return cuda::call;                \
+    return cpu::call;                                                                 \
   } while (0)
 #else
-#define TG_DISPATCH(name, ...)                                                        \
+#define TG_DISPATCH(op, call, ...)                                                    \
   do {                                                                                \
-    if (common_device(#name, {__VA_ARGS__}).is_cuda())                                \
-      throw DeviceError("[" #name "] this tapegrad was built without CUDA");         \
-    return cpu::name;                                                                 \
+    if (common_device(op, {__VA_ARGS__}).is_cuda())                                  \
+      throw DeviceError(std::string("[") + op + "] this tapegrad was built without CUDA"); \
+    return cpu::call;                                                                 \
   } while (0)
 #endif
 
-// Each facade: TG_DISPATCH(kernel(args), &each, &tensor) -- the tensors whose device decides.
-void fill(Tensor& out, double value) { TG_DISPATCH(fill(out, value), &out); }
-void unary(Unary op, const Tensor& x, Tensor& y) { TG_DISPATCH(unary(op, x, y), &x, &y); }
+void fill(Tensor& out, double value) { TG_DISPATCH("fill", fill(out, value), &out); }
+void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor) {
+  TG_DISPATCH("fill_from_scalar", fill_from_scalar(out, scalar, divisor), &out, &scalar);
+}
+void unary(Unary op, const Tensor& x, Tensor& y) { TG_DISPATCH(unary_name(op), unary(op, x, y), &x, &y); }
 void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
-  TG_DISPATCH(unary_backward(op, x, y, dy, dx), &x, &y, &dy, &dx);
+  TG_DISPATCH(unary_name(op), unary_backward(op, x, y, dy, dx), &x, &y, &dy, &dx);
 }
-void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) { TG_DISPATCH(binary(op, a, b, out), &a, &b, &out); }
-void scale(const Tensor& x, double s, Tensor& y) { TG_DISPATCH(scale(x, s, y), &x, &y); }
+void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
+  TG_DISPATCH(binary_name(op), binary(op, a, b, out), &a, &b, &out);
+}
+void scale(const Tensor& x, double s, Tensor& y) { TG_DISPATCH("scale", scale(x, s, y), &x, &y); }
 void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
-  TG_DISPATCH(matmul(a, ta, b, tb, out), &a, &b, &out);
+  TG_DISPATCH("matmul", matmul(a, ta, b, tb, out), &a, &b, &out);
 }
-void transpose(const Tensor& x, Tensor& out) { TG_DISPATCH(transpose(x, out), &x, &out); }
-void add_row(const Tensor& x, const Tensor& b, Tensor& out) { TG_DISPATCH(add_row(x, b, out), &x, &b, &out); }
-void sum_rows(const Tensor& x, Tensor& out) { TG_DISPATCH(sum_rows(x, out), &x, &out); }
-void sum_all(const Tensor& x, Tensor& out) { TG_DISPATCH(sum_all(x, out), &x, &out); }
-void mean_all(const Tensor& x, Tensor& out) { TG_DISPATCH(mean_all(x, out), &x, &out); }
+void transpose(const Tensor& x, Tensor& out) { TG_DISPATCH("transpose", transpose(x, out), &x, &out); }
+void add_row(const Tensor& x, const Tensor& b, Tensor& out) { TG_DISPATCH("add_row", add_row(x, b, out), &x, &b, &out); }
+void sum_rows(const Tensor& x, Tensor& out) { TG_DISPATCH("sum_rows", sum_rows(x, out), &x, &out); }
+void sum_all(const Tensor& x, Tensor& out) { TG_DISPATCH("sum", sum_all(x, out), &x, &out); }
+void mean_all(const Tensor& x, Tensor& out) { TG_DISPATCH("mean", mean_all(x, out), &x, &out); }
 void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out) {
-  TG_DISPATCH(gather_rows(table, ids, out), &table, &ids, &out);
+  TG_DISPATCH("gather", gather_rows(table, ids, out), &table, &ids, &out);
 }
 void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite) {
-  TG_DISPATCH(scatter_rows(dst, ids, rows, overwrite), &dst, &ids, &rows);
+  TG_DISPATCH("gather_backward", scatter_rows(dst, ids, rows, overwrite), &dst, &ids, &rows);
 }
-void softmax_rows(const Tensor& x, Tensor& y) { TG_DISPATCH(softmax_rows(x, y), &x, &y); }
+void softmax_rows(const Tensor& x, Tensor& y) { TG_DISPATCH("softmax", softmax_rows(x, y), &x, &y); }
 void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
-  TG_DISPATCH(softmax_rows_backward(y, dy, dx), &y, &dy, &dx);
+  TG_DISPATCH("softmax_backward", softmax_rows_backward(y, dy, dx), &y, &dy, &dx);
 }
 void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses) {
-  TG_DISPATCH(cross_entropy(logits, targets, probs, losses), &logits, &targets, &probs, &losses);
+  TG_DISPATCH("cross_entropy", cross_entropy(logits, targets, probs, losses), &logits, &targets, &probs, &losses);
 }
 void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dloss, double divisor,
                             Tensor& dlogits) {
-  TG_DISPATCH(cross_entropy_backward(probs, targets, dloss, divisor, dlogits), &probs, &targets, &dloss, &dlogits);
+  TG_DISPATCH("cross_entropy_backward", cross_entropy_backward(probs, targets, dloss, divisor, dlogits), &probs,
+              &targets, &dloss, &dlogits);
 }
-void sgd_step(Tensor& param, const Tensor& grad, double lr) { TG_DISPATCH(sgd_step(param, grad, lr), &param, &grad); }
+void sgd_step(Tensor& param, const Tensor& grad, double lr) {
+  TG_DISPATCH("sgd", sgd_step(param, grad, lr), &param, &grad);
+}
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s) {
-  TG_DISPATCH(adamw_step(param, grad, m, v, s), &param, &grad, &m, &v);
+  TG_DISPATCH("adamw", adamw_step(param, grad, m, v, s), &param, &grad, &m, &v);
 }
 
 }  // namespace tapegrad::kernels

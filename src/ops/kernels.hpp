@@ -7,7 +7,8 @@
 // these facades, never a device directly, so a rule written once runs everywhere.
 //
 // Arithmetic order: f64 reductions are correctly rounded (like Python's math.fsum) on every
-// device, so the tiny step matches its Python reference and CPU and CUDA agree bit for bit.
+// device, and so are f64 exp and log (src/ops/cr_math.hpp), so the tiny step matches its Python
+// reference and CPU and CUDA agree bit for bit.
 // f32 reductions run in a fixed order (deterministic, not necessarily equal across devices).
 #pragma once
 
@@ -25,6 +26,9 @@ Device common_device(const char* op, std::initializer_list<const Tensor*> tensor
 
 // ---- elementwise (any shape, same numel; f64 / f32)
 void fill(Tensor& out, double value);
+// out (any) = scalar (shape ()) / divisor everywhere, computed in double and rounded to out's dtype;
+// read on the device, so a backward rule needs no host sync (sum's and mean's backward).
+void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor);
 void unary(Unary op, const Tensor& x, Tensor& y);
 // dx = dy * f'(x) given x and y = f(x): neg -dy, exp dy*y, log dy/x, tanh dy*(1-y*y), relu dy*(x>0)
 void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);

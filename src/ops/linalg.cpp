@@ -89,8 +89,7 @@ Var sum(Var x) {
   kernels::sum_all(x.value(), out);
   return g.record("sum", std::move(out), {x}, [](BackwardContext& ctx) {
     Tensor dx = like(ctx.input(0));
-    kernels::fill(dx, 1.0);
-    kernels::scale(dx, ctx.grad_output().item(), dx);
+    kernels::fill_from_scalar(dx, ctx.grad_output(), 1.0);  // read on dy's device: no host sync
     ctx.accumulate(0, dx);
   });
 }
@@ -104,7 +103,7 @@ Var mean(Var x) {
   kernels::mean_all(x.value(), out);
   return g.record("mean", std::move(out), {x}, [](BackwardContext& ctx) {
     Tensor dx = like(ctx.input(0));
-    kernels::fill(dx, ctx.grad_output().item() / static_cast<double>(ctx.input(0).numel()));
+    kernels::fill_from_scalar(dx, ctx.grad_output(), static_cast<double>(ctx.input(0).numel()));
     ctx.accumulate(0, dx);
   });
 }

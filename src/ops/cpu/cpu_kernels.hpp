@@ -12,6 +12,7 @@ using kernels::Binary;
 using kernels::Unary;
 
 void fill(Tensor& out, double value);
+void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor);
 void unary(Unary op, const Tensor& x, Tensor& y);
 void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out);

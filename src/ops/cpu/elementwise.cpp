@@ -3,12 +3,14 @@
 // Rule: assignments go through xt::noalias. Every kernel here reads and writes element i only
 // at index i, so an output that aliases an input (the engine's in-place gradient add) is safe,
 // and xtensor skips the temporary it would otherwise allocate per call.
+#include <algorithm>
 #include <cmath>
 
 #include <xtensor/xmath.hpp>
 #include <xtensor/xnoalias.hpp>
 #include <xtensor/xoperation.hpp>
 
+#include "ops/cpu/avx512.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
 #include "ops/cpu/dispatch.hpp"
 
@@ -18,13 +20,20 @@ void fill(Tensor& out, double value) {
   dispatch_float("fill", out.dtype(), [&]<class T>() { flat<T>(out).fill(static_cast<T>(value)); });
 }
 
+void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor) {
+  dispatch_float("fill_from_scalar", out.dtype(), [&]<class T>() {
+    const double s = static_cast<double>(*static_cast<const T*>(scalar.raw_data()));
+    flat<T>(out).fill(static_cast<T>(s / divisor));
+  });
+}
+
 void unary(Unary op, const Tensor& x, Tensor& y) {
   dispatch_float(kernels::unary_name(op), x.dtype(), [&]<class T>() {
     auto X = flat<T>(x);
     auto Y = flat<T>(y);
     switch (op) {
       case Unary::neg: xt::noalias(Y) = -X; break;
-      case Unary::exp: xt::noalias(Y) = xt::exp(X); break;
+      case Unary::exp: xt::noalias(Y) = xt::exp(X); break;  // the C library's (Note [exp and log on each device])
       case Unary::log: xt::noalias(Y) = xt::log(X); break;
       case Unary::tanh: xt::noalias(Y) = xt::tanh(X); break;
       case Unary::relu: xt::noalias(Y) = xt::maximum(X, T(0)); break;
@@ -85,8 +94,9 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
   const float decay = 1.0f - s.lr * s.weight_decay;
   const float one_minus_b1 = 1.0f - s.beta1, one_minus_b2 = 1.0f - s.beta2;
   const int64_t n = param.numel();
+  const int64_t done = avx512::available() ? avx512::adamw_step(w, g, mm, vv, n, s) : 0;  // the same bits
   // spec/bob.md: per element, fp32, left to right, no fused multiply-add (-ffp-contract=off).
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = done; i < n; ++i) {
     float wi = w[i] * decay;
     float mi = s.beta1 * mm[i] + one_minus_b1 * g[i];
     float vi = s.beta2 * vv[i] + one_minus_b2 * g[i] * g[i];

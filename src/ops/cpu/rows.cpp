@@ -1,48 +1,80 @@
-// CPU row kernels: gather and its scatter backward, softmax, cross-entropy.
+// CPU row kernels: gather and its scatter backward, softmax, cross-entropy. f32 rows take AVX-512
+// paths where the CPU has them (avx512.hpp, expf_avx512.hpp) and cross-entropy computes repeated
+// rows once (repeated_rows.hpp); each of these gives the reference loop's bits.
 //
 // Note [cross-entropy arithmetic]
 // f64 follows the tiny step's reference exactly: p = exp(v - max) / fsum(exp(row - max)) and
-// loss = -log(p[t]), so its trace matches byte for byte. f32 (bob) computes the loss as
+// loss = -log(p[t]) with the C library's exp and log, the very functions the Python reference calls
+// on this machine, so its trace matches byte for byte (Note [exp and log on each device] in
+// src/ops/cr_math.hpp). f32 (bob) computes the loss as
 // spec/bob.md writes it, logsumexp(row) - row[t], accumulating the exponentials in double: it
 // stays finite where p[t] would underflow to 0. Both give dlogits = ((p - onehot) / B) * g.
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "ops/cpu/avx512.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
 #include "ops/cpu/dispatch.hpp"
 #include "ops/cpu/exact_sum.hpp"
+#include "ops/cpu/expf_avx512.hpp"
+#include "ops/cpu/repeated_rows.hpp"
 
 namespace tapegrad::cpu {
 
 namespace {
 
+[[noreturn, gnu::cold, gnu::noinline]] void index_out_of_range(const char* op, int64_t r, int64_t i, int64_t rows,
+                                                              const Shape& table_shape) {
+  throw Error(std::string("[") + op + "] index " + std::to_string(r) + " at position " + std::to_string(i) +
+              " is out of range for a table of " + std::to_string(rows) + " rows (shape " + table_shape.str() + ")");
+}
+
 template <class I>
 int64_t checked_index(const char* op, const I* ids, int64_t i, int64_t rows, const Shape& table_shape) {
   int64_t r = static_cast<int64_t>(ids[i]);
-  if (r < 0 || r >= rows)
-    throw Error(std::string("[") + op + "] index " + std::to_string(r) + " at position " + std::to_string(i) +
-                " is out of range for a table of " + std::to_string(rows) + " rows (shape " + table_shape.str() + ")");
+  if (r < 0 || r >= rows) [[unlikely]] index_out_of_range(op, r, i, rows, table_shape);
   return r;
 }
 
+// The f32 softmax's exponential: the C library's expf.
+float exp_f32(float x) { return std::exp(x); }
+
+// Whether the AVX-512 exponentials reproduce exp_f32 on this machine (Note [vectorized expf]).
+bool vector_expf() {
+  static const bool reproduced = avx512::available() && avx512::reproduces(exp_f32);
+  return reproduced;
+}
+
 // Softmax of one row of m values; returns the row's max and the sum of exponentials.
+//
+// Note [softmax max]
+// The row's max only shifts the exponents: y = exp(x - max). A vectorized max (f32, no NaN in
+// the row) may return -0 where the left-to-right loop returns +0 or the reverse, when the
+// largest values are zeros; x - (+0) and x - (-0) differ only in the sign of a zero result,
+// exp(+0) = exp(-0) = 1, and log(total) + (+-0) is the same number, so every result is the same.
+// A row with a NaN takes the loop, whose choice of top (and NaN payload) stays as it was.
 template <class T>
 void softmax_row(const T* x, T* y, int64_t m, double* top_out, double* total_out) {
   T top = x[0];
-  for (int64_t j = 1; j < m; ++j) top = x[j] > top ? x[j] : top;
+  bool vectorized = false;
+  if constexpr (std::is_same_v<T, float>) vectorized = avx512::available() && avx512::row_max(x, m, &top);
+  if (!vectorized)
+    for (int64_t j = 1; j < m; ++j) top = x[j] > top ? x[j] : top;
   if constexpr (std::is_same_v<T, double>) {
     for (int64_t j = 0; j < m; ++j) y[j] = std::exp(x[j] - top);
     double total = exact_sum(y, static_cast<size_t>(m));
     for (int64_t j = 0; j < m; ++j) y[j] = y[j] / total;
     *total_out = total;
   } else {
+    // exp_f32 of each shifted value, summed left to right in double; the vector paths give the
+    // same bits (Note [vectorized expf], Note [exact f32 sums] in expf_avx512.hpp)
+    int64_t j = vector_expf() ? avx512::exp_row(x, top, y, m, exp_f32) : 0;
+    for (; j < m; ++j) y[j] = exp_f32(x[j] - top);
     double total = 0.0;
-    for (int64_t j = 0; j < m; ++j) {
-      y[j] = std::exp(x[j] - top);
-      total += y[j];
-    }
-    for (int64_t j = 0; j < m; ++j) y[j] = static_cast<T>(y[j] / total);
+    if (!(avx512::available() && avx512::sum_if_exact(y, m, &total)))
+      for (j = 0; j < m; ++j) total += y[j];
+    for (j = 0; j < m; ++j) y[j] = static_cast<T>(y[j] / total);
     *total_out = total;
   }
   *top_out = top;
@@ -75,8 +107,14 @@ void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overw
         int64_t r = checked_index("gather_backward", id, i, nrows, dst.shape());
         T* o = out + r * d;
         const T* s = src + i * d;
-        if (overwrite) std::memcpy(o, s, static_cast<size_t>(d) * sizeof(T));
-        else for (int64_t j = 0; j < d; ++j) o[j] = o[j] + s[j];
+        if (overwrite) {
+          std::memcpy(o, s, static_cast<size_t>(d) * sizeof(T));
+          continue;
+        }
+        int64_t j = 0;
+        if constexpr (std::is_same_v<T, float>)
+          if (avx512::available()) j = avx512::add_row(o, s, d);
+        for (; j < d; ++j) o[j] = o[j] + s[j];
       }
     });
   });
@@ -117,15 +155,23 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, T
       const I* t = static_cast<const I*>(targets.raw_data());
       T* P = static_cast<T*>(probs.raw_data());
       T* L = static_cast<T*>(losses.raw_data());
+      RepeatedRows repeats(X, b, static_cast<size_t>(v) * sizeof(T));  // Note [repeated rows]
+      std::vector<double> logsumexp(static_cast<size_t>(b));          // f32: log(total) + top, per distinct row
       for (int64_t i = 0; i < b; ++i) {
         int64_t ti = static_cast<int64_t>(t[i]);
         if (ti < 0 || ti >= v)
           throw Error("[cross_entropy] target " + std::to_string(ti) + " at position " + std::to_string(i) +
                       " is out of range for " + std::to_string(v) + " classes (logits " + logits.shape().str() + ")");
-        double top, total;
-        softmax_row(X + i * v, P + i * v, v, &top, &total);
+        const int64_t first = repeats.first_equal(i);
+        if (first != i) {
+          std::memcpy(P + i * v, P + first * v, static_cast<size_t>(v) * sizeof(T));
+        } else {
+          double top, total;
+          softmax_row(X + i * v, P + i * v, v, &top, &total);
+          logsumexp[static_cast<size_t>(i)] = std::log(total) + top;
+        }
         if constexpr (std::is_same_v<T, double>) L[i] = -std::log(P[i * v + ti]);
-        else L[i] = static_cast<T>(std::log(total) + top - static_cast<double>(X[i * v + ti]));
+        else L[i] = static_cast<T>(logsumexp[static_cast<size_t>(first)] - static_cast<double>(X[i * v + ti]));
       }
     });
   });
@@ -142,12 +188,23 @@ void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Te
       const T* g = static_cast<const T*>(dloss.raw_data());
       T* D = static_cast<T*>(dlogits.raw_data());
       const T div = static_cast<T>(divisor);
+      // x / div is x * (1 / div), bit for bit, when div is a power of two (both are x * 2^-k
+      // rounded once): bob's mean over 256 examples multiplies instead of dividing.
+      int exponent = 0;
+      const bool power_of_two = std::frexp(div, &exponent) == T(0.5) && std::isnormal(T(1) / div);
       for (int64_t i = 0; i < b; ++i) {
         const T gi = per_row ? g[i] : g[0];
-        for (int64_t j = 0; j < v; ++j) {
-          const T onehot = j == static_cast<int64_t>(t[i]) ? T(1) : T(0);
-          D[i * v + j] = ((P[i * v + j] - onehot) / div) * gi;
-        }
+        const T* p = P + i * v;
+        T* d = D + i * v;
+        int64_t j = 0;  // ((p - onehot) / div) * gi, first with onehot = 0 everywhere (p - 0 is p)
+        if constexpr (std::is_same_v<T, float>)
+          if (avx512::available()) j = avx512::scale_row(p, d, v, power_of_two ? T(1) / div : div, power_of_two, gi);
+        if (power_of_two)
+          for (const T inverse = T(1) / div; j < v; ++j) d[j] = (p[j] * inverse) * gi;
+        else
+          for (; j < v; ++j) d[j] = (p[j] / div) * gi;
+        const int64_t ti = static_cast<int64_t>(t[i]);  // then the target's entry, with onehot = 1
+        if (ti >= 0 && ti < v) d[ti] = ((p[ti] - T(1)) / div) * gi;
       }
     });
   });

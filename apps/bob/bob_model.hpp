@@ -1,0 +1,91 @@
+// bob's model and learner (spec/bob.md), assembled from tapegrad: the [256, 256] f32 table W as a
+// graph parameter, logits = gather(W, x), the mean cross-entropy, the generic engine, AdamW.
+//
+// Rule: no gradient is written here; the engine computes dW, and repeated input bytes accumulate
+// their rows there (or overwrite them, in the engine's overwrite-bug mode). The update loop
+// touches only tensors on the model's device: nothing in it reads values back to the host, so a
+// device with its own kernels runs every update natively. Values cross to the host only when the
+// caller asks (state(), a loss tensor's item()).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "graph/graph.hpp"
+#include "io/bob_formats.hpp"
+#include "optim/adamw.hpp"
+
+namespace bob {
+
+using tapegrad::Device;
+using tapegrad::Tensor;
+namespace io = tapegrad::io;
+
+inline constexpr int64_t vocabulary = 256;          // byte values; W is [vocabulary, vocabulary]
+inline constexpr uint64_t updates_per_invocation = 10;
+
+// The learner's binary32 hyperparameters: lr 0.1, beta1 0.9, beta2 0.95, eps 1e-8, wd 0.01.
+tapegrad::optim::AdamWConfig learner_config();
+
+// ---- deterministic initialization (identity bob-seed-v1)
+uint64_t fnv1a64(std::string_view bytes);  // FNV-1a, 64 bits
+uint64_t splitmix64(uint64_t x);
+// W's 65,536 starting values, row-major: (float)((splitmix64(key + i) >> 40) - 2^23) * 2^-30,
+// key = fnv1a64("bob-seed-v1").
+std::vector<float> initial_table();
+
+// ---- prediction: for each prompt (token, validity). A non-empty prompt whose row W[last byte] is
+// all finite predicts the row's argmax (lowest index on ties) with validity 1; otherwise 0, 0.
+using Predictions = std::array<std::pair<uint32_t, uint32_t>, io::bob_prompts>;
+Predictions predict(const std::vector<float>& table, const io::BobRecord& record);
+
+class Model {
+ public:
+  // A fresh start on `device`: W from bob-seed-v1, M = V = 0, step 0. Throws DeviceError if the
+  // device is not built in or not present.
+  Model(const io::BobRecord& record, Device device);
+
+  // Resumes from a checkpoint's state (already checked against bob's identity by io::decode).
+  void load(const io::Checkpoint& checkpoint);
+  // The state to checkpoint: the step and the planes P, M, V, copied to the host.
+  io::Checkpoint state() const;
+
+  // One optimizer update over the full batch: forward, backward (in the overwrite-bug mode when
+  // asked), AdamW. Returns the forward pass's loss, a shape () tensor on the model's device.
+  Tensor update(bool overwrite_bug = false);
+  // The loss at the current W, without recording a backward.
+  Tensor loss();
+
+  uint64_t step() const { return adamw_.step_count(); }
+  tapegrad::Var table() const { return w_; }  // W, with its gradient after an update
+
+ private:
+  tapegrad::Var forward();  // records logits = W[x] and the mean cross-entropy; returns the loss
+
+  tapegrad::Graph graph_;
+  tapegrad::Var w_;   // (256, 256) f32: row b holds the next-byte logits after byte b
+  Tensor x_, y_;      // (256,) i32: the input bytes and their targets
+  tapegrad::optim::AdamW adamw_;
+};
+
+// One field of a checkpoint envelope as a file lays it out: its name ("magic", "schema identity",
+// "plane M", "CRC-32", ...) and its byte range.
+struct EnvelopeField {
+  std::string name;
+  size_t begin, end;
+};
+// The fields of `bytes` in file order, following its own length fields as far as the bytes go (a
+// truncated file gives the fields that fit). Never throws; checking is io::decode's job.
+std::vector<EnvelopeField> envelope_fields(std::string_view bytes);
+
+// Where two checkpoint files first differ, readably: the byte offset, the field, and inside a
+// plane the element and both values ("in the plane M, element [101][32]: a has 0x3a83126f
+// (0.001), b has ..."). `a_name` and `b_name` label the files. Returns "" when they are identical.
+std::string describe_difference(std::string_view a, std::string_view b, const std::string& a_name,
+                                const std::string& b_name);
+
+}  // namespace bob

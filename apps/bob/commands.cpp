@@ -1,0 +1,411 @@
+// bob's subcommands (see commands.hpp): fixture, train, inspect, verify-resume and the main job.
+//
+// Rule: train reads everything it needs and checks it (record, checkpoint, device) before the
+// first update, and writes the checkpoint only after the last one; a refusal leaves every file as
+// it was. Child invocations (verify-resume, the main job) are this same program, found through
+// /proc/self/exe, each in its own process.
+#include "commands.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+#include <zlib.h>
+
+#include "bob_model.hpp"
+#include "default_corpus.hpp"
+#include "graph/backend.hpp"
+#include "io/atomic_file.hpp"
+
+extern char** environ;
+
+namespace bob {
+
+using tapegrad::DeviceError;
+using tapegrad::Error;
+using tapegrad::RefusedFile;
+
+namespace {
+
+// ---- text
+
+// The shortest decimal text that reads back as `value` ("5.5451775").
+std::string shortest(float value) {
+  char text[32];
+  return std::string(text, std::to_chars(text, text + sizeof text, value).ptr);
+}
+
+// A byte as a reader wants to see it: 'e' (0x65), '\n' (0x0a), 0x00.
+std::string byte_text(uint32_t byte) {
+  char text[32];
+  if (byte >= 0x20 && byte < 0x7f && byte != '\'' && byte != '\\')
+    std::snprintf(text, sizeof text, "'%c' (0x%02x)", static_cast<char>(byte), byte);
+  else if (byte == '\n') std::snprintf(text, sizeof text, "'\\n' (0x0a)");
+  else if (byte == '\'') std::snprintf(text, sizeof text, "'\\'' (0x27)");
+  else if (byte == '\\') std::snprintf(text, sizeof text, "'\\\\' (0x5c)");
+  else std::snprintf(text, sizeof text, "0x%02x", byte);
+  return text;
+}
+
+// Text as a C-style quoted string, for showing corpus excerpts and prompts on one line.
+std::string one_line(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '\n') out += "\\n";
+    else if (c == '"' || c == '\\') out += std::string("\\") + c;
+    else out += io::printable_bytes(std::string_view(&c, 1));
+  }
+  return out + "\"";
+}
+
+std::string hex32(uint32_t value) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", value);
+  return text;
+}
+
+uint32_t crc32_of(std::string_view bytes) {
+  return static_cast<uint32_t>(
+      ::crc32_z(::crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
+}
+
+// ---- files and processes
+
+io::BobRecord read_record(const std::string& path) { return io::decode_record(io::read_file(path), path); }
+
+// A fresh folder under $TMPDIR (or /tmp), removed with everything in it unless keep() was called.
+class TemporaryFolder {
+ public:
+  TemporaryFolder() {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = std::string(base && *base ? base : "/tmp") + "/bob-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr)
+      throw Error("cannot create a temporary folder " + pattern + ": " + std::strerror(errno));
+    path_ = pattern;
+  }
+  TemporaryFolder(const TemporaryFolder&) = delete;
+  TemporaryFolder& operator=(const TemporaryFolder&) = delete;
+  ~TemporaryFolder() {
+    std::error_code ignored;
+    if (!keep_) std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+  void keep() { keep_ = true; }
+
+ private:
+  std::string path_;
+  bool keep_ = false;
+};
+
+// Runs this program with `args` in a child process and waits for it. Its stdout and stderr go to
+// `log_path`, or to ours when it is "". Returns its exit status (128 + N if killed by signal N).
+int run_self(const std::vector<std::string>& args, const std::string& log_path) {
+  std::error_code error;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", error).string();
+  if (error) throw Error("cannot find this program through /proc/self/exe: " + error.message());
+  std::vector<char*> argv{const_cast<char*>(self.c_str())};
+  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!log_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = 0;
+  const int spawned = ::posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) throw Error("cannot start " + self + ": " + std::strerror(spawned));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw Error(std::string("cannot wait for a child process: ") + std::strerror(errno));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// ---- train's report
+
+void print_predictions(const Predictions& predictions, const io::BobRecord& record) {
+  for (size_t k = 0; k < io::bob_prompts; ++k) {
+    const uint32_t last = record.prompt_last[k];
+    const auto [token, validity] = predictions[k];
+    std::printf("  prompt %zu, ", k + 1);
+    if (last == io::bob_empty_prompt) std::printf("empty: token 0, validity 0 (nothing to predict from)\n");
+    else if (validity == 0)
+      std::printf("last byte %s: token 0, validity 0 (row W[%u] is not finite)\n", byte_text(last).c_str(), last);
+    else std::printf("last byte %s: token %u %s\n", byte_text(last).c_str(), token, byte_text(token).c_str());
+  }
+}
+
+// ---- inspect's report
+
+// A plane's statistics, one line: "min .. max, mean, mean |x|, non-finite count".
+std::string plane_statistics(std::string_view plane) {
+  const size_t n = plane.size() / 4;
+  double sum = 0, sum_abs = 0;
+  float low = INFINITY, high = -INFINITY;
+  size_t non_finite = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float x = io::load_f32(plane, 4 * i);
+    if (!std::isfinite(x)) {
+      ++non_finite;
+      continue;
+    }
+    low = std::min(low, x);
+    high = std::max(high, x);
+    sum += x;
+    sum_abs += std::fabs(x);
+  }
+  const size_t finite = n - non_finite;
+  char text[256];
+  if (finite == 0) std::snprintf(text, sizeof text, "%zu values, none finite", n);
+  else
+    std::snprintf(text, sizeof text, "%zu values: min %s, max %s, mean %.6g, mean |x| %.6g, non-finite %zu", n,
+                  shortest(low).c_str(), shortest(high).c_str(), sum / static_cast<double>(finite),
+                  sum_abs / static_cast<double>(finite), non_finite);
+  return text;
+}
+
+// What inspect adds after a field's value: "  (as bob expects)" or "  (bob expects <expected>)".
+std::string expectation(bool as_expected, const std::string& expected) {
+  return as_expected ? "  (as bob expects)" : "  (bob expects " + expected + ")";
+}
+
+// One envelope field as inspect shows it: its value decoded, and bob's expectation beside it.
+std::string field_text(const EnvelopeField& field, std::string_view bytes, const io::EnvelopeIdentity& bob) {
+  const std::string_view value = bytes.substr(field.begin, field.end - field.begin);
+  const std::string& name = field.name;
+  auto identity = [&](const std::string& expected) {
+    return io::printable_bytes(value) + expectation(value == expected, io::printable_bytes(expected));
+  };
+  auto number = [&](uint64_t expected) {
+    const uint64_t found = value.size() == 4 ? io::load_u32(value, 0) : io::load_u64(value, 0);
+    return std::to_string(found) + expectation(found == expected, std::to_string(expected));
+  };
+  if (name == "magic") return identity("CKPTENV1");
+  if (name == "envelope format") return number(1);
+  if (name == "schema identity") return identity(bob.schema);
+  if (name == "learner identity")
+    return bob.describe_learner(value) + expectation(value == bob.learner, bob.describe_learner(bob.learner));
+  if (name == "data identity") return identity(bob.data);
+  if (name == "seed identity") return identity(bob.seed);
+  if (name == "payload bytes") return number(bob.payload_bytes);
+  if (name == "chunk bytes") return number(bob.chunk_bytes);
+  if (name == "updates per invocation") return number(bob.updates_per_invocation);
+  if (name == "step") return std::to_string(io::load_u64(value, 0)) + "  (updates made so far)";
+  if (name == "chunk count") return number(bob.chunk_count);
+  if (name == "CRC-32") {
+    const uint32_t stored = io::load_u32(value, 0), computed = crc32_of(bytes.substr(0, field.begin));
+    return "stored " + hex32(stored) + ", computed " + hex32(computed) +
+           (stored == computed ? ": ok" : ": BAD, the file is corrupt");
+  }
+  return plane_statistics(value);  // plane P, M or V
+}
+
+}  // namespace
+
+// ---- fixture
+
+void fixture(const FixtureOptions& options) {
+  const std::string corpus = options.corpus.empty() ? std::string(default_corpus) : io::read_file(options.corpus);
+  const std::string corpus_name = options.corpus.empty() ? std::string(default_corpus_name) : options.corpus;
+  const io::BobRecord record = io::make_record(corpus, options.offset, options.prompts);
+  io::write_file_atomic(options.out, io::encode_record(record));
+  std::printf("wrote %s (%zu bytes): %zu bytes from offset %llu of %s, %s...\n", options.out.c_str(),
+              io::bob_record_bytes, io::bob_examples + 1, static_cast<unsigned long long>(options.offset),
+              corpus_name.c_str(), one_line(std::string_view(corpus).substr(options.offset, 40)).c_str());
+  for (size_t k = 0; k < io::bob_prompts; ++k) {
+    if (k < options.prompts.size() && !options.prompts[k].empty())
+      std::printf("  prompt %zu: %s, last byte %s\n", k + 1, one_line(options.prompts[k]).c_str(),
+                  byte_text(record.prompt_last[k]).c_str());
+    else std::printf("  prompt %zu: empty\n", k + 1);
+  }
+}
+
+// ---- train
+
+void train(const TrainOptions& options) {
+  if (options.fresh == options.resume)
+    throw Error("give exactly one of --fresh (start from bob-seed-v1) and --resume (continue from the checkpoint)");
+  const tapegrad::Device device = tapegrad::parse_device(options.device);
+  const io::BobRecord record = read_record(options.input);
+  const io::EnvelopeIdentity identity = io::bob_checkpoint_identity();
+
+  std::optional<io::Checkpoint> start;
+  if (options.resume) {
+    if (!io::file_exists(options.checkpoint))
+      throw Error("--resume needs a checkpoint, but " + options.checkpoint +
+                  " does not exist (start one with --fresh)");
+    start = io::read(options.checkpoint, identity);
+  } else if (io::file_exists(options.checkpoint) && !options.force) {
+    throw Error("checkpoint " + options.checkpoint + " already exists and --fresh would replace it; pass --force " +
+                "to start over, or --resume to continue from it");
+  }
+
+  Model model(record, device);
+  if (start) model.load(*start);
+  const uint64_t first_step = model.step();
+  std::printf("bob train: %s, input %s, device %s%s\n",
+              start ? ("resuming " + options.checkpoint + " at step " + std::to_string(first_step)).c_str()
+                    : "fresh start from bob-seed-v1 (step 0)",
+              options.input.c_str(), device.str().c_str(),
+              options.overwrite_bug ? ", backward in the overwrite-bug mode" : "");
+
+  const uint64_t host_fallbacks = tapegrad::host_fallback_count();
+  const auto began = std::chrono::steady_clock::now();
+  std::vector<Tensor> losses;
+  for (uint64_t k = 0; k < updates_per_invocation; ++k) losses.push_back(model.update(options.overwrite_bug));
+  const Tensor loss_after = model.loss();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  if (!device.is_cpu() && tapegrad::host_fallback_count() != host_fallbacks)
+    throw DeviceError("refused: " + std::to_string(tapegrad::host_fallback_count() - host_fallbacks) +
+                      " host fallbacks on " + device.str() + " during the updates; bob runs natively or not at all " +
+                      "(nothing was written)");
+
+  for (uint64_t k = 0; k < losses.size(); ++k)
+    std::printf("  update %3llu  loss %s\n", static_cast<unsigned long long>(first_step + k + 1),
+                shortest(static_cast<float>(losses[k].item())).c_str());
+  std::printf("loss before %s, after %s (step %llu -> %llu; %.3f ms, %.1f us per update)\n",
+              shortest(static_cast<float>(losses.front().item())).c_str(),
+              shortest(static_cast<float>(loss_after.item())).c_str(), static_cast<unsigned long long>(first_step),
+              static_cast<unsigned long long>(model.step()), seconds * 1e3,
+              seconds * 1e6 / static_cast<double>(updates_per_invocation));
+
+  const io::Checkpoint state = model.state();
+  io::write(options.checkpoint, identity, state.step, state.planes);
+  std::printf("wrote checkpoint %s (step %llu)\n", options.checkpoint.c_str(),
+              static_cast<unsigned long long>(state.step));
+
+  const Predictions predictions = predict(state.planes[0], record);
+  std::printf("predictions:\n");
+  print_predictions(predictions, record);
+  if (!options.predictions.empty()) {
+    io::write_file_atomic(options.predictions, io::encode_predictions(predictions));
+    std::printf("wrote predictions %s (%zu bytes)\n", options.predictions.c_str(), 8 * io::bob_prompts);
+  }
+}
+
+// ---- inspect
+
+int inspect(const std::string& path) {
+  const std::string bytes = io::read_file(path);
+  const io::EnvelopeIdentity bob = io::bob_checkpoint_identity();
+  std::printf("checkpoint %s: %zu bytes\n", path.c_str(), bytes.size());
+
+  const std::vector<EnvelopeField> fields = envelope_fields(bytes);
+  for (const EnvelopeField& field : fields)
+    if (!field.name.ends_with("identity length"))  // the identities show their bytes instead
+      std::printf("  %-23s %s\n", field.name.c_str(), field_text(field, bytes, bob).c_str());
+  if (fields.empty() || fields.back().name != "CRC-32")
+    std::printf("  (the file ends at byte %zu, before the envelope does)\n", bytes.size());
+  else if (fields.back().end < bytes.size())
+    std::printf("  (%zu trailing bytes after the CRC-32)\n", bytes.size() - fields.back().end);
+
+  try {
+    const io::Checkpoint checkpoint = io::decode(bytes, bob, path);
+    std::printf("verdict: bob can resume from it (step %llu)\n", static_cast<unsigned long long>(checkpoint.step));
+    return 0;
+  } catch (const RefusedFile& refused) {
+    std::printf("verdict: %s\n", refused.what());
+    return 2;
+  }
+}
+
+// ---- verify-resume
+
+int verify_resume(const VerifyOptions& options) {
+  if (options.invocations == 0) throw Error("--invocations must be at least 1");
+  const tapegrad::Device device = tapegrad::parse_device(options.device);
+  const io::BobRecord record = read_record(options.input);
+  const uint64_t updates = options.invocations * updates_per_invocation;
+  std::printf("bob verify-resume: %llu invocations of `bob train`, each its own process, against %llu updates in "
+              "one process (device %s)\n",
+              static_cast<unsigned long long>(options.invocations), static_cast<unsigned long long>(updates),
+              device.str().c_str());
+
+  Model model(record, device);
+  for (uint64_t k = 0; k < updates; ++k) model.update();
+  const io::Checkpoint state = model.state();
+  const std::string one_process = io::encode(io::bob_checkpoint_identity(), state.step, state.planes);
+  std::printf("  one process: %llu updates, loss now %s\n", static_cast<unsigned long long>(updates),
+              shortest(static_cast<float>(model.loss().item())).c_str());
+
+  TemporaryFolder folder;
+  const std::string checkpoint = folder / "resumed.ckpt", log = folder / "invocation.log";
+  for (uint64_t k = 1; k <= options.invocations; ++k) {
+    const int status = run_self({"train", "--input", options.input, "--checkpoint", checkpoint,
+                                 k == 1 ? "--fresh" : "--resume", "--device", options.device},
+                                log);
+    if (status != 0) {
+      std::printf("  invocation %llu exited with %d; its output:\n%s", static_cast<unsigned long long>(k), status,
+                  io::read_file(log).c_str());
+      return 1;
+    }
+    std::printf("  invocation %llu/%llu (%s): its own process, step %llu\n", static_cast<unsigned long long>(k),
+                static_cast<unsigned long long>(options.invocations), k == 1 ? "--fresh" : "--resume",
+                static_cast<unsigned long long>(io::read(checkpoint, io::bob_checkpoint_identity()).step));
+    std::fflush(stdout);
+  }
+
+  const std::string resumed = io::read_file(checkpoint);
+  const std::string difference = describe_difference(resumed, one_process, "the resumed checkpoint", "one process");
+  if (!difference.empty()) {
+    folder.keep();
+    std::printf("DIFFERENT: %s\n  (the resumed checkpoint is kept in %s)\n", difference.c_str(), checkpoint.c_str());
+    return 1;
+  }
+  std::printf("identical: %llu invocations and one process give the same checkpoint, byte for byte "
+              "(%zu bytes, CRC-32 %s)\n",
+              static_cast<unsigned long long>(options.invocations), resumed.size(),
+              hex32(crc32_of(std::string_view(resumed).substr(0, resumed.size() - 4))).c_str());
+  return 0;
+}
+
+// ---- the main job
+
+void main_job() {
+  TemporaryFolder folder;
+  const std::string input = folder / "input.rec", checkpoint = folder / "bob.ckpt";
+  std::printf("bob: the main job, on the built-in corpus, in %s\n\n$ bob fixture --out %s --prompt ... (3 prompts)\n",
+              folder.path().c_str(), input.c_str());
+  FixtureOptions fixture_options;
+  fixture_options.out = input;
+  fixture_options.prompts = {"Down the Rabbit", "she had peeped into th", ""};
+  fixture(fixture_options);
+
+  for (const char* mode : {"--fresh", "--resume", "--resume"}) {
+    const std::vector<std::string> args{"train", "--input", input, "--checkpoint", checkpoint, mode};
+    std::printf("\n$ bob");
+    for (const std::string& arg : args) std::printf(" %s", arg.c_str());
+    std::printf("\n");
+    const int status = run_self(args, "");
+    if (status != 0) throw Error("the invocation `bob train ... " + std::string(mode) + "` exited with " +
+                                 std::to_string(status));
+  }
+
+  const io::BobRecord record = read_record(input);
+  Model fresh(record, tapegrad::Device::cpu());
+  Model trained(record, tapegrad::Device::cpu());
+  trained.load(io::read(checkpoint, io::bob_checkpoint_identity()));
+  std::printf("\nthe loss fell from %s (step 0) to %s (step %llu) over 3 invocations, each its own process\n",
+              shortest(static_cast<float>(fresh.loss().item())).c_str(),
+              shortest(static_cast<float>(trained.loss().item())).c_str(),
+              static_cast<unsigned long long>(trained.step()));
+  std::printf("(`bob verify-resume --input REC` checks that resuming changes no bit; the temporary folder is "
+              "removed now)\n");
+}
+
+}  // namespace bob

@@ -1,0 +1,78 @@
+// bob: a resumable byte-level next-byte trainer (spec/bob.md), built on tapegrad's graph.
+//
+//   bob                                          the main job on the built-in corpus
+//   bob fixture [--corpus FILE] [--offset N] [--prompt TEXT]... --out REC
+//   bob train --input REC --checkpoint CKPT --fresh|--resume [--force] [--predictions FILE]
+//             [--overwrite-bug] [--device cpu]
+//   bob inspect CKPT
+//   bob verify-resume --input REC [--invocations N] [--device cpu]
+//
+// Exit codes: 0 done; 2 bad input, a refused file or a device that cannot run it (nothing is
+// written); 1 an internal failure, or verify-resume found a difference.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "commands.hpp"
+#include "graph/error.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"bob: a resumable byte-level next-byte trainer (spec/bob.md), built on tapegrad's graph.\n"
+               "Without a subcommand: the main job on the built-in corpus (a fresh invocation and two resumes)."};
+  app.require_subcommand(0, 1);
+
+  bob::FixtureOptions fixture;
+  CLI::App* fixture_cmd = app.add_subcommand("fixture", "write an input record: 257 corpus bytes and up to 3 prompts");
+  fixture_cmd->add_option("--corpus", fixture.corpus, "a file of raw bytes (default: the built-in corpus)");
+  fixture_cmd->add_option("--offset", fixture.offset, "where the 257 bytes start (default 0)");
+  fixture_cmd->add_option("--prompt", fixture.prompts, "a prompt (repeat for up to 3; missing ones are empty)");
+  fixture_cmd->add_option("--out", fixture.out, "the record to write (atomically)")->required();
+
+  bob::TrainOptions train;
+  CLI::App* train_cmd = app.add_subcommand("train", "one invocation: 10 updates, then the checkpoint and predictions");
+  train_cmd->add_option("--input", train.input, "the input record")->required();
+  train_cmd->add_option("--checkpoint", train.checkpoint, "the checkpoint to resume from and to write")->required();
+  CLI::Option* fresh = train_cmd->add_flag("--fresh", train.fresh, "start from bob-seed-v1; read no checkpoint");
+  CLI::Option* resume = train_cmd->add_flag("--resume", train.resume, "continue from the checkpoint (it must exist)");
+  fresh->excludes(resume);
+  train_cmd->add_flag("--force", train.force, "let --fresh replace an existing checkpoint")->needs(fresh);
+  train_cmd->add_option("--predictions", train.predictions, "also write the predictions (8 bytes a prompt) here");
+  train_cmd->add_flag("--overwrite-bug", train.overwrite_bug,
+                      "run the backward in the engine's overwrite-bug mode (repeated bytes overwrite their rows)");
+  train_cmd->add_option("--device", train.device, "cpu (default) or cuda[:N]");
+
+  std::string inspect_path;
+  CLI::App* inspect_cmd = app.add_subcommand("inspect", "show a checkpoint's fields, planes and CRC, and bob's verdict");
+  inspect_cmd->add_option("CKPT", inspect_path, "the checkpoint")->required();
+
+  bob::VerifyOptions verify;
+  CLI::App* verify_cmd = app.add_subcommand(
+      "verify-resume", "N invocations as separate processes against the same updates in one: equal bit for bit?");
+  verify_cmd->add_option("--input", verify.input, "the input record")->required();
+  verify_cmd->add_option("--invocations", verify.invocations, "how many invocations (default 3)");
+  verify_cmd->add_option("--device", verify.device, "cpu (default) or cuda[:N]");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);  // prints the help or the parse error
+    return code == 0 ? 0 : 2;
+  }
+
+  try {
+    if (*fixture_cmd) bob::fixture(fixture);
+    else if (*train_cmd) bob::train(train);
+    else if (*inspect_cmd) return bob::inspect(inspect_path);
+    else if (*verify_cmd) return bob::verify_resume(verify);
+    else bob::main_job();
+    return 0;
+  } catch (const tapegrad::Error& e) {  // also RefusedFile and DeviceError
+    std::fflush(stdout);
+    std::fprintf(stderr, "bob: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "bob: internal failure: %s\n", e.what());
+    return 1;
+  }
+}

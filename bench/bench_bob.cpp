@@ -1,0 +1,66 @@
+// Microbenchmarks of bob's update (Google Benchmark; not a timed test). Goal: <= 50 us per update
+// on the CPU (docs/bob.md has the numbers and the machine).
+//
+//   ./build/bench/bench_bob --benchmark_repetitions=10 --benchmark_report_aggregates_only=true
+//
+// BM_BobUpdate: one full update exactly as `bob train` makes it (forward, backward through the
+// engine, AdamW) on the record of the built-in corpus, run for as long as the benchmark runs
+// (thousands of updates: a sharply trained table). BM_BobUpdateFirst30: the first 30 updates
+// from the seed, the ones `bob` makes, timed per update. The others split
+// an update: BM_BobLoss is the
+// forward alone (gather + cross-entropy, no tape), BM_BobAdamW the optimizer alone on a [256, 256]
+// table. bench/bob_invocations.sh times whole `bob train` processes.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+
+#include "bob_model.hpp"
+#include "default_corpus.hpp"
+
+namespace {
+
+bob::Model make_model() {
+  return bob::Model(tapegrad::io::make_record(bob::default_corpus, 0, {"Down the Rabbit", "she had peeped into th", ""}),
+                    tapegrad::Device::cpu());
+}
+
+void BM_BobUpdate(benchmark::State& state) {
+  bob::Model model = make_model();
+  for (auto _ : state) benchmark::DoNotOptimize(model.update().raw_data());
+}
+BENCHMARK(BM_BobUpdate)->Unit(benchmark::kMicrosecond);
+
+// The updates `bob` itself makes: 30 from the seed (a fresh invocation and two resumes), the
+// state put back between iterations outside the timing. Reported per update.
+void BM_BobUpdateFirst30(benchmark::State& state) {
+  bob::Model model = make_model();
+  const tapegrad::io::Checkpoint seed = model.state();
+  for (auto _ : state) {
+    model.load(seed);
+    const auto start = std::chrono::steady_clock::now();
+    for (int k = 0; k < 30; ++k) benchmark::DoNotOptimize(model.update().raw_data());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 30);
+  }
+}
+BENCHMARK(BM_BobUpdateFirst30)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+void BM_BobLoss(benchmark::State& state) {
+  bob::Model model = make_model();
+  for (auto _ : state) benchmark::DoNotOptimize(model.loss().raw_data());
+}
+BENCHMARK(BM_BobLoss)->Unit(benchmark::kMicrosecond);
+
+void BM_BobAdamW(benchmark::State& state) {
+  bob::Model model = make_model();
+  model.update();  // the table now has a gradient
+  tapegrad::optim::AdamW adamw({model.table()}, bob::learner_config());
+  for (auto _ : state) {
+    adamw.step();
+    benchmark::DoNotOptimize(model.table().value().raw_data());
+  }
+}
+BENCHMARK(BM_BobAdamW)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# gpu_check: every GPU check of the CUDA backend in one device call. Run it on each change to src/cuda.
+#
+#   scripts/gpu_check.sh prepare   here: build build-cuda (-Dcuda=enabled) and copy into .device/lib
+#                                  the shared libraries the GPU machine lacks (simdjson)
+#   scripts/gpu_check.sh run       there, through the device tool, in one call:
+#                                    run: {command: "scripts/gpu_check.sh run", carry: ["build-cuda", ".device"]}
+#
+# `run` does, in order: tests/cuda (test_cuda); tiny_step on the CPU and on CUDA for the shipped
+# trace, --overwrite-bug and every fixture config, comparing the two byte for byte and each with
+# its expected file; bench/cuda_bench and the PyTorch baseline (bench/cuda_torch_baseline.py);
+# test_cuda once more under compute-sanitizer memcheck. It ends with a short table; full logs go
+# to $OUT (the device tool brings them back) or ./gpu-check-logs. Exit status 0 when all passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD:-build-cuda}
+
+prepare() {
+  [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
+  if [[ ! -f $build/build.ninja ]]; then meson setup "$build" -Dcuda=enabled || exit 1; fi
+  ninja -C "$build" tests/cuda/test_cuda apps/tiny_step bench/cuda_bench || exit 1
+  mkdir -p .device/lib
+  cp -L "$(ldd "$build/libtapegrad.so" | awk '/libsimdjson/ {print $3}')" .device/lib/ || exit 1
+  du -sh "$build" .device | sed 's/^/carry: /'
+  echo 'now: run {command: "scripts/gpu_check.sh run", carry: ["'"$build"'", ".device"], timeout_s: 600}'
+}
+
+run() {
+  local logs=${OUT:-gpu-check-logs}
+  mkdir -p "$logs"
+  local cublas_dir
+  cublas_dir=$(dirname "$(find /usr/local/cuda/ /usr/local/cuda-*/ /usr/lib /opt -name 'libcublas.so.13' 2>/dev/null | head -1)" 2>/dev/null)
+  export LD_LIBRARY_PATH="$PWD/.device/lib:${cublas_dir:-/usr/local/cuda/lib64}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  local table=() failed=0
+  note() { table+=("$(printf '| %-34s | %-6s | %s' "$1" "$2" "$3")"); [[ $2 == PASS || $2 == INFO ]] || failed=1; }
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$logs/device.txt"
+
+  # 1. the GPU tests
+  local t0=$SECONDS
+  "$build/tests/cuda/test_cuda" > "$logs/test_cuda.log" 2>&1
+  local rc=$? summary
+  summary=$(awk -F'|' '/^\[doctest\] test cases:/ {gsub(/[^0-9]/, "", $1); gsub(/^ +| +$/, "", $2); gsub(/^ +| +$/, "", $3);
+                          gsub(/^ +| +$/, "", $4); printf "%s test cases: %s, %s, %s", $1, $2, $3, $4}' "$logs/test_cuda.log")
+  tail -n 30 "$logs/test_cuda.log"
+  note "test_cuda" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" "$summary ($((SECONDS - t0)) s)"
+
+  # 2. tiny_step: CPU against CUDA, byte for byte, and both against the expected files. The traces
+  # go to a scratch folder ($OUT brings back 8 files at most); the first differing pair is kept.
+  local fixtures=tests/fixtures/tiny same=0 differ=0 expected_ok=0 expected_bad=0 cases=0 traces
+  traces=$(mktemp -d)
+  tiny_pair() {  # tiny_pair NAME EXPECTED-FILE ARGS...
+    local name=$1 expected=$2
+    shift 2
+    "$build/apps/tiny_step" "$@" > "$traces/cpu_$name.json" 2> "$traces/cpu_$name.err"
+    "$build/apps/tiny_step" --device cuda "$@" > "$traces/cuda_$name.json" 2> "$traces/cuda_$name.err"
+    cases=$((cases + 1))
+    if cmp -s "$traces/cpu_$name.json" "$traces/cuda_$name.json" && [[ -s $traces/cuda_$name.json ]]; then
+      same=$((same + 1))
+    else
+      differ=$((differ + 1))
+      if [[ $differ -le 3 ]]; then
+        echo "tiny_step $name: CPU and CUDA differ:"; head -c 300 "$traces/cuda_$name.err"
+        diff "$traces/cpu_$name.json" "$traces/cuda_$name.json" | head -n 8
+      fi
+      [[ $differ -eq 1 ]] && cp "$traces/cpu_$name.json" "$traces/cuda_$name.json" "$logs/"
+    fi
+    if [[ -n $expected ]]; then
+      if cmp -s "$expected" "$traces/cuda_$name.json"; then expected_ok=$((expected_ok + 1)); else
+        expected_bad=$((expected_bad + 1)); [[ $expected_bad -le 3 ]] && echo "tiny_step $name: CUDA output differs from $expected"; fi
+    fi
+  }
+  t0=$SECONDS
+  tiny_pair default "$fixtures/step-trace.json"
+  tiny_pair overwrite_bug "" --overwrite-bug
+  for cfg in "$fixtures"/configs/??.json; do
+    local n
+    n=$(basename "$cfg" .json)
+    tiny_pair "config_$n" "$fixtures/configs/$n.expected.json" --config "$cfg"
+  done
+  note "tiny_step CPU == CUDA" "$([[ $differ -eq 0 ]] && echo PASS || echo FAIL)" "$same of $cases traces identical ($((SECONDS - t0)) s)"
+  note "tiny_step CUDA == expected files" "$([[ $expected_bad -eq 0 ]] && echo PASS || echo FAIL)" \
+    "$expected_ok of $((expected_ok + expected_bad)) match the Python reference's output"
+  # a clean refusal on a device that does not exist: exit 2 and a message
+  "$build/apps/tiny_step" --device cuda:7 > /dev/null 2> "$traces/bad_device.err"
+  rc=$?
+  note "tiny_step --device cuda:7" "$([[ $rc -eq 2 ]] && echo PASS || echo FAIL)" "exit $rc: $(head -c 110 "$traces/bad_device.err")"
+  rm -rf "$traces"
+
+  # 3. benchmarks (not timed tests)
+  "$build/bench/cuda_bench" 1000 2>&1 | tee "$logs/bench.txt"
+  python3 bench/cuda_torch_baseline.py 1000 2>&1 | tee -a "$logs/bench.txt"
+  note "benchmarks" INFO "see the table above ($logs/bench.txt)"
+
+  # 4. memcheck over the GPU test suite, less the test whose 1 PiB cudaMalloc fails on purpose
+  # (memcheck counts a failed API call as an error)
+  t0=$SECONDS
+  compute-sanitizer --tool memcheck --error-exitcode 3 "$build/tests/cuda/test_cuda" --test-case-exclude='*device errors*' \
+    > "$logs/memcheck.log" 2>&1
+  rc=$?
+  note "compute-sanitizer memcheck" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" \
+    "exit $rc: $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -n 1) ($((SECONDS - t0)) s)"
+  [[ $rc -eq 0 ]] || grep -m 20 -E '=========' "$logs/memcheck.log"
+
+  echo
+  grep '^|' "$logs/bench.txt"
+  echo
+  printf '| %-34s | %-6s | %s\n' check result detail
+  printf '%s\n' "${table[@]}"
+  return $failed
+}
+
+case ${1:-} in
+  prepare) prepare ;;
+  run) run ;;
+  *) echo "usage: scripts/gpu_check.sh prepare|run" >&2; exit 2 ;;
+esac

@@ -1,0 +1,180 @@
+// What every CUDA family file shares: checked CUDA calls, the per-device context (stream,
+// allocator, cuBLAS handle, kernel error slot), dtype dispatch, launch sizes.
+//
+// Rules: every CUDA runtime call goes through TG_CUDA_CHECK and every launch is followed by
+// TG_CUDA_CHECK_LAUNCH(); all work of a device runs on its context's stream, in call order (one
+// stream per device for now; stream_for() is the seam for more). Kernels never throw: they record
+// a bad index in the device's error slot and skip the access (Note [kernel errors] in memory.cu),
+// and the host reports it at the next synchronization.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda/cuda.hpp"
+#include "graph/tensor.hpp"
+
+namespace tapegrad::cuda {
+
+// ---- checked calls
+
+[[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
+
+}  // namespace tapegrad::cuda
+
+// A failed CUDA call throws DeviceError naming the call, its file and line, and the driver's reason.
+#define TG_CUDA_CHECK(call)                                                                        \
+  do {                                                                                             \
+    const cudaError_t tg_status_ = (call);                                                         \
+    if (tg_status_ != cudaSuccess) ::tapegrad::cuda::throw_cuda_error(tg_status_, #call, __FILE__, __LINE__); \
+  } while (0)
+#define TG_CUBLAS_CHECK(call)                                                                      \
+  do {                                                                                             \
+    const cublasStatus_t tg_status_ = (call);                                                      \
+    if (tg_status_ != CUBLAS_STATUS_SUCCESS)                                                       \
+      ::tapegrad::cuda::throw_cublas_error(tg_status_, #call, __FILE__, __LINE__);                 \
+  } while (0)
+// After every <<<...>>>: a bad launch configuration shows here, an asynchronous fault at the next sync.
+#define TG_CUDA_CHECK_LAUNCH() TG_CUDA_CHECK(cudaGetLastError())
+
+namespace tapegrad::cuda {
+
+// ---- kernel errors (Note [kernel errors] in memory.cu)
+
+enum class ErrorKind : int32_t { none = 0, index_out_of_range, target_out_of_range, sum_out_of_partials };
+
+// One per device, in device memory. `lock` guards the other fields between recording threads.
+struct ErrorSlot {
+  int32_t lock;
+  ErrorKind kind;
+  uint64_t launch;     // which launch recorded it: the first launch to fail keeps the slot
+  uint64_t op;         // the op's name: a host string literal, carried through the device untouched
+  int64_t position;    // the lowest failing position of that launch
+  int64_t value;       // the bad index
+  int64_t dim0, dim1;  // the table's (or the logits') shape, for the message
+};
+
+// What a launch that may fail passes its kernel (by value): where to record and what to say.
+struct ErrorSite {
+  ErrorSlot* slot;
+  uint64_t launch;
+  uint64_t op;
+  int64_t dim0, dim1;
+};
+
+// Records (kind, position, value) unless the slot already holds an error of an earlier launch or
+// of a lower position of this one. Rare, so a spin lock is fine (threads of one warp make progress
+// independently on sm_70 and later).
+__device__ inline void record_error(const ErrorSite& site, ErrorKind kind, int64_t position, int64_t value) {
+  volatile ErrorSlot* s = site.slot;
+  while (atomicCAS(&site.slot->lock, 0, 1) != 0) {
+  }
+  __threadfence();
+  const bool empty = s->kind == ErrorKind::none;
+  if (empty || (s->launch == site.launch && position < s->position)) {
+    s->kind = kind;
+    s->launch = site.launch;
+    s->op = site.op;
+    s->position = position;
+    s->value = value;
+    s->dim0 = site.dim0;
+    s->dim1 = site.dim1;
+  }
+  __threadfence();
+  atomicExch(&site.slot->lock, 0);
+}
+
+// ---- the caching allocator (Note [caching allocator] in memory.cu)
+
+class CachingAllocator {
+ public:
+  explicit CachingAllocator(int device) : device_(device) {}
+  void* allocate(size_t nbytes);
+  void deallocate(void* ptr, size_t nbytes) noexcept;
+  void empty_cache();
+  AllocatorStats stats();
+  void reset_peak();
+
+ private:
+  static size_t block_size(size_t nbytes);
+  [[noreturn]] void out_of_memory(size_t block, cudaError_t status);
+  void release_cached_locked();
+
+  int device_;
+  std::mutex mutex_;
+  std::unordered_map<size_t, std::vector<void*>> free_;  // block size -> free blocks of that size
+  AllocatorStats stats_;
+};
+
+// ---- the per-device context (a device is driven from one thread at a time; only the allocator,
+// which tensors freed on any thread reach, takes a lock)
+
+struct DeviceContext {
+  explicit DeviceContext(int index);
+  int index;
+  cudaStream_t stream = nullptr;        // all kernels and copies of this device, in call order
+  CachingAllocator allocator;
+  cublasHandle_t cublas = nullptr;      // made by the first f32 matmul (linalg.cu)
+  ErrorSlot* error_slot = nullptr;      // device memory
+  ErrorSlot* error_host = nullptr;      // pinned host copy, read after a sync
+  uint64_t launches = 0;                // launches that may record an error, ever
+  bool errors_possible = false;         // one ran since the last check
+
+  // An ErrorSite for a launch of `op` that may record an error; marks the context to be checked.
+  ErrorSite error_site(const char* op, int64_t dim0, int64_t dim1) {
+    errors_possible = true;
+    return {error_slot, ++launches, reinterpret_cast<uint64_t>(op), dim0, dim1};
+  }
+};
+
+// The context of cuda:index, made on first use (and the current device of this thread set to it);
+// throws DeviceError when there is no such device.
+DeviceContext& context(int index);
+inline DeviceContext& context(const Tensor& t) { return context(t.device().index); }
+inline cudaStream_t stream_for(const Tensor& t) { return context(t).stream; }
+
+// ---- dtype dispatch: f.template operator()<T>() for the dtypes a kernel family supports
+
+template <class F>
+void dispatch_float(const char* op, DType t, F&& f) {
+  switch (t) {
+    case DType::f64: f.template operator()<double>(); return;
+    case DType::f32: f.template operator()<float>(); return;
+    default: throw Error(std::string("[") + op + "] no CUDA kernel for " + dtype_name(t) + " (f64 and f32 only)");
+  }
+}
+
+template <class F>
+void dispatch_index(const char* op, DType t, F&& f) {
+  switch (t) {
+    case DType::i32: f.template operator()<int32_t>(); return;
+    case DType::i64: f.template operator()<int64_t>(); return;
+    default: throw Error(std::string("[") + op + "] indices must be i32 or i64, got " + dtype_name(t));
+  }
+}
+
+template <class T>
+const T* cdata(const Tensor& t) {
+  return static_cast<const T*>(t.raw_data());
+}
+template <class T>
+T* mdata(const Tensor& t) {
+  return static_cast<T*>(t.raw_data());
+}
+
+// ---- launch sizes: grid-stride loops over n items, at most a few waves of blocks
+
+constexpr int kBlock = 256;
+inline unsigned blocks_for(int64_t n, int block = kBlock) {
+  return static_cast<unsigned>(std::min<int64_t>((n + block - 1) / block, 4096));
+}
+
+}  // namespace tapegrad::cuda

@@ -1,0 +1,149 @@
+// CUDA elementwise kernels: fill, unary ops and their backward, binary ops, scale.
+//
+// Rule: element i is computed from elements i only, with the CPU kernel's expression in the
+// same order (src/ops/cpu/elementwise.cpp), so an output may alias an input and the results
+// equal the CPU's bit for bit, except f32 exp/log/tanh and f64 tanh, which are CUDA's own
+// functions (within a few ulp). f64 exp and log are correctly rounded on both (src/ops/cr_math.hpp).
+#include "cuda/common.cuh"
+#include "cuda/cuda_kernels.hpp"
+#include "ops/cr_math.hpp"
+
+namespace tapegrad::cuda {
+
+// ----------------------------------------------------------------------------
+// CUDA kernels
+
+// out (n,) = value
+template <class T>
+__global__ void fill_kernel(T* out, T value, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = value;
+}
+
+// out (n,) = scalar[0] / divisor, in double, rounded once to T
+template <class T>
+__global__ void fill_from_scalar_kernel(T* out, const T* scalar, double divisor, int64_t n) {
+  const T value = static_cast<T>(static_cast<double>(scalar[0]) / divisor);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = value;
+}
+
+template <class T>
+__device__ T exp_of(T x) {
+  if constexpr (std::is_same_v<T, double>) return cr_exp(x);
+  else return expf(x);
+}
+template <class T>
+__device__ T log_of(T x) {
+  if constexpr (std::is_same_v<T, double>) return cr_log(x);
+  else return logf(x);
+}
+
+// y (n,) = f(x)
+template <class T>
+__global__ void unary_kernel(Unary op, const T* x, T* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const T v = x[i];
+    switch (op) {
+      case Unary::neg: y[i] = -v; break;
+      case Unary::exp: y[i] = exp_of(v); break;
+      case Unary::log: y[i] = log_of(v); break;
+      case Unary::tanh: y[i] = tanh(v); break;
+      case Unary::relu: y[i] = v > T(0) ? v : T(0); break;  // as xt::maximum(x, 0): nan and -0 give +0
+    }
+  }
+}
+
+// dx (n,) = dy * f'(x), given x and y = f(x)
+template <class T>
+__global__ void unary_backward_kernel(Unary op, const T* x, const T* y, const T* dy, T* dx, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    switch (op) {
+      case Unary::neg: dx[i] = -dy[i]; break;
+      case Unary::exp: dx[i] = dy[i] * y[i]; break;
+      case Unary::log: dx[i] = dy[i] / x[i]; break;
+      case Unary::tanh: dx[i] = dy[i] * (T(1) - y[i] * y[i]); break;
+      case Unary::relu: dx[i] = x[i] > T(0) ? dy[i] : T(0); break;
+    }
+  }
+}
+
+// out (n,) = a op b
+template <class T>
+__global__ void binary_kernel(Binary op, const T* a, const T* b, T* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    switch (op) {
+      case Binary::add: out[i] = a[i] + b[i]; break;
+      case Binary::sub: out[i] = a[i] - b[i]; break;
+      case Binary::mul: out[i] = a[i] * b[i]; break;
+      case Binary::div: out[i] = a[i] / b[i]; break;
+    }
+  }
+}
+
+// y (n,) = x * s
+template <class T>
+__global__ void scale_kernel(const T* x, T s, T* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = x[i] * s;
+}
+
+// ----------------------------------------------------------------------------
+// kernel launchers
+
+void fill(Tensor& out, double value) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  dispatch_float("fill", out.dtype(), [&]<class T>() {
+    fill_kernel<<<blocks_for(n), kBlock, 0, stream_for(out)>>>(mdata<T>(out), static_cast<T>(value), n);
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor) {
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  dispatch_float("fill_from_scalar", out.dtype(), [&]<class T>() {
+    fill_from_scalar_kernel<<<blocks_for(n), kBlock, 0, stream_for(out)>>>(mdata<T>(out), cdata<T>(scalar), divisor, n);
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void unary(Unary op, const Tensor& x, Tensor& y) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  dispatch_float(kernels::unary_name(op), x.dtype(), [&]<class T>() {
+    unary_kernel<<<blocks_for(n), kBlock, 0, stream_for(x)>>>(op, cdata<T>(x), mdata<T>(y), n);
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  dispatch_float(kernels::unary_name(op), x.dtype(), [&]<class T>() {
+    unary_backward_kernel<<<blocks_for(n), kBlock, 0, stream_for(x)>>>(op, cdata<T>(x), cdata<T>(y), cdata<T>(dy),
+                                                                      mdata<T>(dx), n);
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
+  const int64_t n = a.numel();
+  if (n == 0) return;
+  dispatch_float(kernels::binary_name(op), a.dtype(), [&]<class T>() {
+    binary_kernel<<<blocks_for(n), kBlock, 0, stream_for(a)>>>(op, cdata<T>(a), cdata<T>(b), mdata<T>(out), n);
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void scale(const Tensor& x, double s, Tensor& y) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  dispatch_float("scale", x.dtype(), [&]<class T>() {
+    scale_kernel<<<blocks_for(n), kBlock, 0, stream_for(x)>>>(cdata<T>(x), static_cast<T>(s), mdata<T>(y), n);
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace tapegrad::cuda

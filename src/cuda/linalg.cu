@@ -1,0 +1,202 @@
+// CUDA matrix kernels and reductions: matmul (f32 through cuBLAS, f64 through an exact kernel),
+// transpose, add_row, column sums, full sums and means.
+//
+// Rules: every f64 sum is correctly rounded (ExactSum, one thread per output value), so f64
+// results equal the CPU's bit for bit. f32 column sums accumulate in double down the rows, as
+// the CPU does, and give its bits; f32 full sums use one block with a fixed tree over per-thread
+// double sums: deterministic, within one double rounding of the CPU's sum before the final
+// rounding to f32. f32 matmul is cuBLAS with FP32 compute (TF32 only after set_allow_tf32(true)).
+#include <atomic>
+
+#include "cuda/common.cuh"
+#include "cuda/cuda_kernels.hpp"
+#include "cuda/exact_sum.cuh"
+
+namespace tapegrad::cuda {
+
+namespace {
+std::atomic<bool> g_allow_tf32{false};
+}
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
+bool allow_tf32() { return g_allow_tf32.load(); }
+
+// ----------------------------------------------------------------------------
+// CUDA kernels
+
+// out (n, m) = op(a) @ op(b), f64, one thread per cell: the products rounded to double, then one
+// correctly rounded sum over p (the CPU's exact_sum of the same products). a is (n, k) or, with
+// ta, (k, n); b is (k, m) or, with tb, (m, k).
+__global__ void matmul_f64_kernel(const double* a, bool ta, const double* b, bool tb, double* out, int64_t n,
+                                  int64_t m, int64_t k, int64_t lda, int64_t ldb, ErrorSite site) {
+  for (int64_t cell = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; cell < n * m;
+       cell += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = cell / m, j = cell % m;
+    ExactSum acc;
+    for (int64_t p = 0; p < k; ++p) {
+      const double aip = ta ? a[p * lda + i] : a[i * lda + p];
+      const double bpj = tb ? b[j * ldb + p] : b[p * ldb + j];
+      acc.add(aip * bpj);
+    }
+    if (acc.out_of_partials) record_error(site, ErrorKind::sum_out_of_partials, cell, ExactSum::kPartials);
+    out[cell] = acc.result();
+  }
+}
+
+// out (m, n) = x (n, m)^T
+template <class T>
+__global__ void transpose_kernel(const T* x, T* out, int64_t n, int64_t m) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n * m; e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = e / m, j = e % m;
+    out[j * n + i] = x[e];
+  }
+}
+
+// out (n, m) = x (n, m) + b (m,) on every row
+template <class T>
+__global__ void add_row_kernel(const T* x, const T* b, T* out, int64_t n, int64_t m) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n * m; e += int64_t{gridDim.x} * blockDim.x)
+    out[e] = x[e] + b[e % m];
+}
+
+// out (m,) = column sums of x (n, m); one thread per column walks the rows in order.
+template <class T>
+__global__ void sum_rows_kernel(const T* x, T* out, int64_t n, int64_t m, ErrorSite site) {
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < m; j += int64_t{gridDim.x} * blockDim.x) {
+    if constexpr (std::is_same_v<T, double>) {
+      ExactSum acc;
+      for (int64_t i = 0; i < n; ++i) acc.add(x[i * m + j]);
+      if (acc.out_of_partials) record_error(site, ErrorKind::sum_out_of_partials, j, ExactSum::kPartials);
+      out[j] = acc.result();
+    } else {
+      double acc = 0.0;
+      for (int64_t i = 0; i < n; ++i) acc += x[i * m + j];
+      out[j] = static_cast<T>(acc);
+    }
+  }
+}
+
+// out () = sum(x (n,)) / divisor (1 for sum, n for mean), f64: one thread, correctly rounded.
+__global__ void sum_all_f64_kernel(const double* x, double* out, int64_t n, double divisor, ErrorSite site) {
+  ExactSum acc;
+  for (int64_t i = 0; i < n; ++i) acc.add(x[i]);
+  if (acc.out_of_partials) record_error(site, ErrorKind::sum_out_of_partials, 0, ExactSum::kPartials);
+  out[0] = acc.result() / divisor;
+}
+
+// out () = sum(x (n,)) / divisor, f32: one block of kSumThreads; thread t sums x[t], x[t + T], ...
+// in double, then a fixed tree halves the partial sums. The same bits on every run.
+constexpr int kSumThreads = 512;
+__global__ void sum_all_f32_kernel(const float* x, float* out, int64_t n, float divisor) {
+  __shared__ double partial[kSumThreads];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += kSumThreads) acc += x[i];
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = kSumThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = static_cast<float>(partial[0]) / divisor;
+}
+
+// ----------------------------------------------------------------------------
+// kernel launchers
+
+namespace {
+
+cublasHandle_t cublas_for(DeviceContext& ctx) {
+  if (!ctx.cublas) {
+    constexpr size_t kWorkspace = size_t{32} << 20;  // what cuBLAS asks for on Hopper; from our allocator
+    TG_CUBLAS_CHECK(cublasCreate(&ctx.cublas));
+    TG_CUBLAS_CHECK(cublasSetStream(ctx.cublas, ctx.stream));
+    TG_CUBLAS_CHECK(cublasSetWorkspace(ctx.cublas, ctx.allocator.allocate(kWorkspace), kWorkspace));
+  }
+  return ctx.cublas;
+}
+
+}  // namespace
+
+void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
+  const int64_t n = out.dim(0), m = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
+  const int64_t lda = a.dim(1), ldb = b.dim(1);
+  if (n * m == 0) return;
+  DeviceContext& ctx = context(out);
+  dispatch_float("matmul", a.dtype(), [&]<class T>() {
+    if constexpr (std::is_same_v<T, double>) {
+      matmul_f64_kernel<<<blocks_for(n * m, 128), 128, 0, ctx.stream>>>(
+          cdata<double>(a), ta, cdata<double>(b), tb, mdata<double>(out), n, m, k, lda, ldb,
+          ctx.error_site("matmul", 0, 0));
+      TG_CUDA_CHECK_LAUNCH();
+    } else {
+      if (k == 0) {  // cuBLAS wants leading dimensions >= 1; an empty inner product is 0
+        TG_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), ctx.stream));
+        return;
+      }
+      // Row-major out (n, m) is column-major out^T (m, n) = op(b)^T (m, k) @ op(a)^T (k, n): cuBLAS
+      // sees each row-major matrix as its column-major transpose, with the row length as leading dim.
+      const float one = 1.0f, zero = 0.0f;
+      const cublasComputeType_t compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      TG_CUBLAS_CHECK(cublasGemmEx(cublas_for(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &one, b.raw_data(),
+                                   CUDA_R_32F, static_cast<int>(ldb), a.raw_data(), CUDA_R_32F, static_cast<int>(lda),
+                                   &zero, out.raw_data(), CUDA_R_32F, static_cast<int>(m), compute,
+                                   CUBLAS_GEMM_DEFAULT));
+    }
+  });
+}
+
+void transpose(const Tensor& x, Tensor& out) {
+  const int64_t n = x.dim(0), m = x.dim(1);
+  if (n * m == 0) return;
+  dispatch_float("transpose", x.dtype(), [&]<class T>() {
+    transpose_kernel<<<blocks_for(n * m), kBlock, 0, stream_for(x)>>>(cdata<T>(x), mdata<T>(out), n, m);
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void add_row(const Tensor& x, const Tensor& b, Tensor& out) {
+  const int64_t n = x.dim(0), m = x.dim(1);
+  if (n * m == 0) return;
+  dispatch_float("add_row", x.dtype(), [&]<class T>() {
+    add_row_kernel<<<blocks_for(n * m), kBlock, 0, stream_for(x)>>>(cdata<T>(x), cdata<T>(b), mdata<T>(out), n, m);
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void sum_rows(const Tensor& x, Tensor& out) {
+  const int64_t n = x.dim(0), m = x.dim(1);
+  if (m == 0) return;
+  DeviceContext& ctx = context(x);
+  dispatch_float("sum_rows", x.dtype(), [&]<class T>() {
+    const ErrorSite site = std::is_same_v<T, double> ? ctx.error_site("sum_rows", 0, 0) : ErrorSite{};
+    sum_rows_kernel<<<blocks_for(m, 128), 128, 0, ctx.stream>>>(cdata<T>(x), mdata<T>(out), n, m, site);
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+namespace {
+
+void sum_all_divided(const char* op, const Tensor& x, Tensor& out, double divisor) {
+  DeviceContext& ctx = context(x);
+  const int64_t n = x.numel();
+  dispatch_float(op, x.dtype(), [&]<class T>() {
+    if constexpr (std::is_same_v<T, double>) {
+      sum_all_f64_kernel<<<1, 1, 0, ctx.stream>>>(cdata<double>(x), mdata<double>(out), n, divisor,
+                                                   ctx.error_site(op, 0, 0));
+    } else {
+      sum_all_f32_kernel<<<1, kSumThreads, 0, ctx.stream>>>(cdata<float>(x), mdata<float>(out), n,
+                                                           static_cast<float>(divisor));
+    }
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace
+
+void sum_all(const Tensor& x, Tensor& out) { sum_all_divided("sum", x, out, 1.0); }
+
+// sum / n: the CPU divides the rounded sum by n in T, so the f32 kernel does too.
+void mean_all(const Tensor& x, Tensor& out) { sum_all_divided("mean", x, out, static_cast<double>(x.numel())); }
+
+}  // namespace tapegrad::cuda

@@ -1,0 +1,141 @@
+// The f32 softmax's exponentials and their sum, 8 and 16 lanes at a time (AVX-512F), giving the
+// bits of the scalar loop they stand in for: y[j] = expf(x[j] - top), total = sum of the y[j]
+// left to right in double.
+//
+// Note [vectorized expf]
+// The scalar loop calls the C library's expf. On x86-64 glibc (2.28 and later) that is the
+// algorithm of sysdeps/ieee754/flt-32/e_expf.c, and on every CPU with AVX-512 glibc picks its
+// FMA build (__expf_fma): for |x| < 88 it computes, in double,
+//   kd' = fma(InvLn2N, x, SHIFT); ki = bits(kd'); kd = kd' - SHIFT; r = fma(InvLn2N, x, -kd)
+//   s = bits-as-double(T[ki % 32] + (ki << 47))
+//   y = fma(fma(r, C0, C1), r*r, fma(r, C2, 1)) * s,   rounded once to float,
+// with the constants and the 32-entry table below (read from glibc's __exp2f_data). exp_row does
+// exactly these operations per lane and hands every other lane (|x| >= 88, inf, NaN) to the
+// scalar function. Because a different C library (or a future glibc) may compute expf otherwise,
+// the vector path is used only after it reproduced the scalar function bit for bit on a sample of
+// inputs (reproduces()); otherwise the scalar loop runs, as it always does without AVX-512.
+//
+// Note [exact f32 sums]
+// The scalar loop adds the y[j] left to right in double; another order gives the same double
+// when every partial sum is exact. Each y is a float in (0, 1] (x - top <= 0); if every y is at
+// least 2^e, each is a multiple of 2^(e - 23), so is every partial sum of any subset, and such a
+// sum is at most m. All are then exact in double as long as m * 2^(23 - e) <= 2^53, that is
+// e >= ceil(log2 m) - 30 (2^-22 for 256 classes, exp(-15.2)). sum_if_exact checks that bound and
+// adds in vector order; a row with a smaller (or NaN) y keeps the left-to-right loop.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "ops/cpu/avx512.hpp"
+
+namespace tapegrad::cpu::avx512 {
+
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+
+namespace expf_constants {
+inline constexpr double inv_ln2_n = 0x1.71547652b82fep+5;  // 32 / ln 2
+inline constexpr double shift = 0x1.8p+52;
+inline constexpr double c0 = 0x1.c6af84b912394p-20, c1 = 0x1.ebfce50fac4f3p-13, c2 = 0x1.62e42ff0c52d6p-6;
+// T[i] = bits(2^(i/32)) - (i << 47)
+alignas(64) inline constexpr uint64_t table[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
+    0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb,
+    0x3feedea64c123422, 0x3feece086061892d, 0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
+    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d, 0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+}  // namespace expf_constants
+
+// glibc's expf main path on 8 lanes; lanes with |x| >= 88 (or inf, NaN) are set in *special.
+TG_AVX512 inline __m256 expf8(__m256 x, __mmask8* special) {
+  namespace k = expf_constants;
+  const __m256i abs_top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
+  const __m256i at_least_88 = _mm256_cmpgt_epi32(abs_top, _mm256_set1_epi32(0x42a));  // top12(88.0f) = 0x42b
+  *special = static_cast<__mmask8>(_mm256_movemask_ps(_mm256_castsi256_ps(at_least_88)));
+  const __m512d xd = _mm512_cvtps_pd(x);
+  const __m512d inv_ln2_n = _mm512_set1_pd(k::inv_ln2_n), shift = _mm512_set1_pd(k::shift);
+  const __m512d kd_shifted = _mm512_fmadd_pd(inv_ln2_n, xd, shift);
+  const __m512i ki = _mm512_castpd_si512(kd_shifted);
+  const __m512d kd = _mm512_sub_pd(kd_shifted, shift);
+  const __m512d r = _mm512_fmsub_pd(inv_ln2_n, xd, kd);
+  const __m512i index = _mm512_and_si512(ki, _mm512_set1_epi64(31));
+  const __m512i* table = reinterpret_cast<const __m512i*>(k::table);
+  const __m512i low = _mm512_permutex2var_epi64(_mm512_load_si512(table), index, _mm512_load_si512(table + 1));
+  const __m512i high = _mm512_permutex2var_epi64(_mm512_load_si512(table + 2), index, _mm512_load_si512(table + 3));
+  const __m512i t = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(index, _mm512_set1_epi64(16)), low, high);
+  const __m512d s = _mm512_castsi512_pd(_mm512_add_epi64(t, _mm512_slli_epi64(ki, 47)));
+  const __m512d z = _mm512_fmadd_pd(r, _mm512_set1_pd(k::c0), _mm512_set1_pd(k::c1));
+  const __m512d r2 = _mm512_mul_pd(r, r);
+  __m512d y = _mm512_fmadd_pd(r, _mm512_set1_pd(k::c2), _mm512_set1_pd(1.0));
+  y = _mm512_fmadd_pd(z, r2, y);
+  return _mm512_cvtpd_ps(_mm512_mul_pd(y, s));
+}
+
+// y[j] = scalar_exp(x[j] - top) for whole vectors of 8 (the vector path for the main lanes, the
+// scalar function for the others); returns how many it did, the caller does the rest.
+TG_AVX512 inline int64_t exp_row(const float* x, float top, float* y, int64_t n, float (*scalar_exp)(float)) {
+  const __m256 shift_by = _mm256_set1_ps(top);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + j), shift_by);
+    __mmask8 special = 0;
+    _mm256_storeu_ps(y + j, expf8(d, &special));
+    for (int lane = 0; special != 0; ++lane, special >>= 1)
+      if (special & 1) y[j + lane] = scalar_exp(x[j + lane] - top);
+  }
+  return j;
+}
+
+// Whether exp_row gives scalar_exp's bits: checked once per function on 4,096 inputs spread over
+// the bit patterns of [-104, 0] (the shifted logits' range, subnormal results included) plus a
+// few positive ones.
+inline bool reproduces(float (*scalar_exp)(float)) {
+  constexpr size_t count = 4096, spread = count - 16;  // a multiple of 8: exp_row does them all
+  std::vector<float> x(count), have(count);
+  const uint32_t from = std::bit_cast<uint32_t>(-0.0f), to = std::bit_cast<uint32_t>(-104.0f);
+  for (size_t i = 0; i < spread; ++i) x[i] = std::bit_cast<float>(static_cast<uint32_t>(from + uint64_t{to - from} * i / spread));
+  for (size_t i = spread; i < count; ++i) x[i] = static_cast<float>(i - spread) * 0.37f;
+  exp_row(x.data(), 0.0f, have.data(), static_cast<int64_t>(count), scalar_exp);
+  for (size_t i = 0; i < count; ++i)
+    if (std::bit_cast<uint32_t>(scalar_exp(x[i])) != std::bit_cast<uint32_t>(have[i])) return false;
+  return true;
+}
+
+// The sum of y[0..m) in double when Note [exact f32 sums] proves every order gives the same
+// value; otherwise returns false and leaves the sum to the caller's loop.
+TG_AVX512 inline bool sum_if_exact(const float* y, int64_t m, double* total) {
+  if (m < 16 || m > (int64_t{1} << 24)) return false;
+  const int smallest_exponent = static_cast<int>(std::ceil(std::log2(static_cast<double>(m)))) - 30;
+  const __m512 low = _mm512_set1_ps(std::ldexp(1.0f, smallest_exponent)), one = _mm512_set1_ps(1.0f);
+  __m512d a = _mm512_setzero_pd(), b = _mm512_setzero_pd();
+  __mmask16 in_range = 0xffff;
+  int64_t j = 0;
+  for (; j + 16 <= m; j += 16) {
+    const __m512 v = _mm512_loadu_ps(y + j);
+    in_range &= _mm512_cmp_ps_mask(v, low, _CMP_GE_OQ) & _mm512_cmp_ps_mask(v, one, _CMP_LE_OQ);
+    a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+    b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+  }
+  if (in_range != 0xffff) return false;
+  double sum = _mm512_reduce_add_pd(_mm512_add_pd(a, b));
+  for (; j < m; ++j) {
+    if (!(y[j] >= std::ldexp(1.0f, smallest_exponent) && y[j] <= 1.0f)) return false;
+    sum += y[j];
+  }
+  *total = sum;
+  return true;
+}
+
+#else
+
+inline int64_t exp_row(const float*, float, float*, int64_t, float (*)(float)) { return 0; }
+inline bool reproduces(float (*)(float)) { return false; }
+inline bool sum_if_exact(const float*, int64_t, double*) { return false; }
+
+#endif
+
+}  // namespace tapegrad::cpu::avx512

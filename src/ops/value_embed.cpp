@@ -1,0 +1,216 @@
+// The value-embed path (value_embed.hpp): the lookup's front-end and backward rule, the pull, and
+// the facades of its kernel family (value_embed_kernels.hpp).
+//
+// Note [the value-embed node and the engine]
+// The lookup records one node, inputs (weight, ids), saved = (buffer.sum, buffer.touched), scalar =
+// the accumulate mode. Its backward reads the planes' gradient (P, T, D) and adds it into the buffer
+// through kernels::value_embed_accumulate; it calls neither accumulate nor accumulate_rows. So:
+// - weight.grad stays undefined: dense optimizers (SGD, AdamW) skip the table, and the pull with a
+//   sparse optimizer (optim/sparse.hpp) updates it instead;
+// - the buffer is not an engine slot: the overwrite-bug mode does not apply to it, and a
+//   BackwardRecord (tape dumps) shows the node visited with no contribution to weight;
+// - a second backward over a retained tape adds a second time, as a parameter's gradient would;
+// - the node allocates nothing in the atomic mode; the deterministic mode on CUDA takes O(T + P*D*T/64)
+//   workspace for the sort and the chunk sums, never anything of the table's size.
+// The planes' gradient itself is made by the rules downstream, as for any activation.
+//
+// Note [value-embed arithmetic]
+// c_1..c_n are the contributions to one buffer element in index order (bf16 or f32 plane gradients,
+// widened exactly to fp32), b the element.
+// - atomic, f16 buffer: b = f16(f32(b) + c_k) for each k. The CPU goes in index order. CUDA rounds
+//   c_k to f16 first (exact for bf16 values in f16's normal range, 2^-14 <= |c| <= 65504) and adds
+//   with a hardware f16x2 atomic, which rounds the exact sum once: the same as adding in fp32 and
+//   rounding, since fp32 keeps 24 >= 2*11 + 2 bits (double rounding is then innocuous). In no fixed
+//   order. The error of n adds is bounded by about n * 2^-11 * max|partial sum|.
+// - atomic, f32 buffer: b = b + c_k in fp32; CUDA with vector f32 atomics, in no fixed order.
+// - deterministic (either buffer): sort the positions by id, stably; cut the sorted sequence into
+//   chunks of kValueEmbedChunk positions; a row's run of positions is cut into parts at the chunk
+//   boundaries; each part is summed in fp32 from zero in order, the parts' sums are added in order,
+//   and b = round(f32(b) + total) once. The association is fixed, so every run and both devices
+//   give the same bits, and the error is one rounding per row and step plus fp32 summation error.
+// An f16 buffer saturates past 65504 (inf); take the f32 buffer where row sums can grow that large.
+#include "ops/value_embed.hpp"
+
+#include "config.hpp"
+#include "ops/common.hpp"
+#include "ops/value_embed_kernels.hpp"
+#if TAPEGRAD_WITH_CUDA
+#include "cuda/value_embed.hpp"
+#endif
+
+namespace tapegrad {
+
+// ---- the kernel family's facades
+
+namespace kernels {
+
+#if TAPEGRAD_WITH_CUDA
+#define TG_VALUE_EMBED_CUDA(call) return cuda::call
+#else
+#define TG_VALUE_EMBED_CUDA(call) throw DeviceError("[value_embed] this tapegrad was built without CUDA")
+#endif
+
+void value_embed_gather(const Tensor& weight, const Tensor& ids, Tensor& planes) {
+  if (common_device("value_embed_gather", {&weight, &ids, &planes}).is_cuda())
+    TG_VALUE_EMBED_CUDA(value_embed_gather(weight, ids, planes));
+  cpu::value_embed_gather(weight, ids, planes);
+}
+
+void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode, Tensor& sum,
+                            Tensor& touched) {
+  if (common_device("value_embed_accumulate", {&dplanes, &ids, &sum, &touched}).is_cuda())
+    TG_VALUE_EMBED_CUDA(value_embed_accumulate(dplanes, ids, mode, sum, touched));
+  cpu::value_embed_accumulate(dplanes, ids, mode, sum, touched);
+}
+
+int64_t value_embed_select_touched(const Tensor& touched, Tensor& selected) {
+  if (common_device("value_embed_select_touched", {&touched, &selected}).is_cuda())
+    TG_VALUE_EMBED_CUDA(value_embed_select_touched(touched, selected));
+  return cpu::value_embed_select_touched(touched, selected);
+}
+
+void value_embed_take_rows(Tensor& sum, Tensor& touched, const Tensor& selected, int64_t count, Tensor& rows,
+                           Tensor& grad) {
+  if (common_device("value_embed_take_rows", {&sum, &touched, &selected, &rows, &grad}).is_cuda())
+    TG_VALUE_EMBED_CUDA(value_embed_take_rows(sum, touched, selected, count, rows, grad));
+  cpu::value_embed_take_rows(sum, touched, selected, count, rows, grad);
+}
+
+void sparse_sgd_rows(Tensor& table, const Tensor& rows, const Tensor& grad, float lr) {
+  if (common_device("sparse_sgd", {&table, &rows, &grad}).is_cuda())
+    TG_VALUE_EMBED_CUDA(sparse_sgd_rows(table, rows, grad, lr));
+  cpu::sparse_sgd_rows(table, rows, grad, lr);
+}
+
+void sparse_adamw_rows(Tensor& table, const Tensor& rows, const Tensor& grad, Tensor& m, Tensor& v,
+                       const AdamWScalars& s) {
+  if (common_device("sparse_adamw", {&table, &rows, &grad, &m, &v}).is_cuda())
+    TG_VALUE_EMBED_CUDA(sparse_adamw_rows(table, rows, grad, m, v, s));
+  cpu::sparse_adamw_rows(table, rows, grad, m, v, s);
+}
+
+#undef TG_VALUE_EMBED_CUDA
+
+}  // namespace kernels
+
+// ---- the op
+
+namespace ops {
+
+using namespace detail;
+
+namespace {
+
+constexpr const char* kOp = "value_embed_lookup";
+constexpr int64_t kMaxIndex = (int64_t{1} << 31) - 1;  // ids, positions and vocabularies fit in i32 on CUDA
+
+std::string tensor_str(const Tensor& t) {  // "(40, 8) f16 on cpu"
+  return t.shape().str() + " " + dtype_name(t.dtype()) + " on " + t.device().str();
+}
+
+// The buffer must belong to this table: sum (P*V, D) f16/f32 and touched (V,) i32 on its device.
+void check_buffer(const char* op, const ValueEmbedBuffer& b, const Tensor& w, int planes) {
+  if (!b.touched.defined())
+    throw Error(std::string("[") + op + "] the buffer has a sum but no touched mask; make it with ValueEmbedBuffer::zeros");
+  const int64_t vocab = w.dim(0) / planes;
+  const bool sum_ok = b.sum.ndim() == 2 && b.sum.dim(0) == w.dim(0) && b.sum.dim(1) == w.dim(1) &&
+                      (b.sum.dtype() == DType::f16 || b.sum.dtype() == DType::f32) && b.sum.device() == w.device();
+  const bool touched_ok = b.touched.ndim() == 1 && b.touched.dim(0) == vocab && b.touched.dtype() == DType::i32 &&
+                          b.touched.device() == w.device();
+  if (!sum_ok || !touched_ok)
+    throw Error(std::string("[") + op + "] the buffer (sum " + tensor_str(b.sum) + ", touched " + tensor_str(b.touched) +
+                ") does not fit weight " + tensor_str(w) + " in " + std::to_string(planes) + " planes: it needs sum " +
+                w.shape().str() + " f16 or f32 and touched (" + std::to_string(vocab) + ",) i32, on " +
+                w.device().str() + "; make it with ValueEmbedBuffer::zeros(weight, planes)");
+}
+
+}  // namespace
+
+const char* value_embed_accumulate_name(ValueEmbedAccumulate a) {
+  switch (a) {
+    case ValueEmbedAccumulate::atomic: return "atomic";
+    case ValueEmbedAccumulate::deterministic: return "deterministic";
+  }
+  return "?";
+}
+
+ValueEmbedBuffer ValueEmbedBuffer::zeros(const Tensor& table, int planes, DType dtype) {
+  if (table.ndim() != 2 || planes < 1 || table.dim(0) % planes != 0)
+    throw Error("[value_embed_buffer] a table " + table.shape().str() + " does not split into " + std::to_string(planes) +
+                " planes of (V, D)");
+  if (dtype != DType::f16 && dtype != DType::f32)
+    throw Error(std::string("[value_embed_buffer] the buffer must be f16 or f32, got ") + dtype_name(dtype));
+  return {Tensor::zeros(table.shape(), dtype, table.device()),
+          Tensor::zeros(Shape{table.dim(0) / planes}, DType::i32, table.device())};
+}
+
+// weight (P*V, D), ids (T,) -> (P, T, D): out[p][i] = weight[p*V + ids[i]].
+// Backward (with a buffer): buffer.sum[p*V + ids[i]] += dout[p][i]; weight gets no gradient.
+Var value_embed_lookup(Var weight, Var ids, int planes, const ValueEmbedBuffer& buffer,
+                       const ValueEmbedOptions& options) {
+  Graph& g = graph_of(kOp, {weight, ids});
+  const Tensor& w = weight.value();
+  const Tensor& i = ids.value();
+  if (planes < 1) throw Error("[value_embed_lookup] planes must be at least 1, got " + std::to_string(planes));
+  need_ndim(kOp, "weight", w, 2);
+  need_ndim(kOp, "ids", i, 1);
+  need_index(kOp, "ids", i);
+  if (w.dtype() != DType::bf16 && w.dtype() != DType::f32)
+    throw Error(std::string("[value_embed_lookup] weight must be bf16 or f32, got ") + dtype_name(w.dtype()));
+  if (w.dim(0) % planes != 0)
+    throw Error("[value_embed_lookup] weight " + w.shape().str() + " has " + std::to_string(w.dim(0)) +
+                " rows, which do not split into " + std::to_string(planes) + " planes of (V, D)");
+  kernels::common_device(kOp, {&w, &i});
+  const int64_t vocab = w.dim(0) / planes, t = i.dim(0), d = w.dim(1);
+  if (vocab > kMaxIndex || t > kMaxIndex)
+    throw Error("[value_embed_lookup] weight " + w.shape().str() + " with ids " + i.shape().str() +
+                ": the vocabulary and the number of ids must each be below 2^31");
+  const DType out_type = options.dtype.value_or(w.dtype());
+  if (out_type != w.dtype() && !(w.dtype() == DType::bf16 && out_type == DType::f32))
+    throw Error(std::string("[value_embed_lookup] planes of ") + dtype_name(out_type) + " from a " + dtype_name(w.dtype()) +
+                " weight: the planes take the weight's dtype, or f32 from a bf16 weight");
+  const bool training = buffer.defined() && g.grad_enabled();
+  if (buffer.defined()) check_buffer(kOp, buffer, w, planes);
+  if (training && !weight.requires_grad())
+    throw Error("[value_embed_lookup] a buffer was given but weight " + w.shape().str() +
+                " does not require a gradient (is it an input?); make it a parameter, or pass no buffer for the plain gather");
+
+  Tensor out = Tensor::empty(Shape{planes, t, d}, out_type, w.device());
+  kernels::value_embed_gather(w, i, out);
+  if (!training) {  // the plain gather: a value with no node
+    NoGrad plain(g);
+    return g.record(kOp, std::move(out), {weight, ids}, nullptr);
+  }
+  Node* node = nullptr;
+  Var y = g.record(kOp, std::move(out), {weight, ids}, [](BackwardContext& ctx) {
+    // Note [the value-embed node and the engine]: the planes' gradient goes into the buffer only.
+    Tensor sum = ctx.saved(0), touched = ctx.saved(1);
+    kernels::value_embed_accumulate(ctx.grad_output(), ctx.input(1),
+                                    static_cast<ValueEmbedAccumulate>(static_cast<int>(ctx.scalar())), sum, touched);
+  }, &node);
+  TG_CHECK(node != nullptr, "a trainable lookup recorded no node");
+  node->saved[0] = buffer.sum;
+  node->saved[1] = buffer.touched;
+  node->scalar = static_cast<double>(static_cast<int>(options.accumulate));
+  return y;
+}
+
+PulledRows value_embed_pull(ValueEmbedBuffer& buffer) {
+  if (!buffer.defined()) throw Error("[value_embed_pull] the buffer is empty; make it with ValueEmbedBuffer::zeros");
+  const Tensor& sum = buffer.sum;
+  if (!buffer.touched.defined() || buffer.touched.ndim() != 1 || buffer.touched.dim(0) == 0 || sum.ndim() != 2 ||
+      sum.dim(0) % buffer.touched.dim(0) != 0)
+    throw Error("[value_embed_pull] the buffer's sum " + tensor_str(sum) + " and touched " + tensor_str(buffer.touched) +
+                " do not belong together; make it with ValueEmbedBuffer::zeros");
+  const Device device = sum.device();
+  const int64_t vocab = buffer.touched.dim(0), planes = buffer.planes();
+  Tensor selected = Tensor::empty(Shape{vocab}, DType::i32, device);
+  const int64_t count = kernels::value_embed_select_touched(buffer.touched, selected);
+  PulledRows out{Tensor::empty(Shape{planes * count}, DType::i64, device),
+                 Tensor::empty(Shape{planes * count, sum.dim(1)}, sum.dtype(), device)};
+  if (count) kernels::value_embed_take_rows(buffer.sum, buffer.touched, selected, count, out.rows, out.grad);
+  return out;
+}
+
+}  // namespace ops
+}  // namespace tapegrad

@@ -1,0 +1,84 @@
+// The value-embedding path: a gather of P planes from one table whose backward adds the planes'
+// gradient into a persistent buffer, and the "pull" that hands that buffer's touched rows to a
+// sparse optimizer (src/optim/sparse.hpp). The idea is the seed's (shared/seeds/value_embed_op.py);
+// docs/value_embed.md has the design, the arithmetic and the H200 numbers.
+//
+// Rules:
+// - The table never gets a dense gradient. The node's backward consumes the planes' gradient and
+//   writes only the buffer (Note [the value-embed node and the engine] in value_embed.cpp).
+// - Between pulls the buffer is nonzero only at rows p*V + t for tokens t of the cycle's steps, and
+//   `touched` is 1 exactly at those t; a pull leaves both all zero.
+// - The lookup and its backward never synchronize with the device; in the atomic mode they allocate
+//   nothing either, so a step that uses them can be captured in a CUDA graph (the deterministic
+//   mode takes O(T) workspace from the caching allocator). On CUDA an out-of-range id is therefore
+//   skipped and reported at the next synchronization (tapegrad::synchronize(device), a copy to the
+//   host, every pull), as tapegrad::Error naming the op, the id and its position; on the CPU it
+//   throws at once.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "graph/graph.hpp"
+
+namespace tapegrad::ops {
+
+// How the backward adds the planes' gradient into the buffer (Note [value-embed arithmetic] in
+// value_embed.cpp for the exact rounding of each).
+enum class ValueEmbedAccumulate : uint8_t {
+  // Each contribution is added on its own and rounded to the buffer's dtype. On the CPU in index
+  // order (deterministic); on CUDA with f16x2 (or f32) atomics, in no fixed order: reproducible
+  // within the buffer's rounding, not bit for bit.
+  atomic,
+  // Per step, each row's contributions are summed in fp32 in a fixed order (sorted segments, no
+  // atomics) and the sum is added to the buffer once: the same bits on every run and on every
+  // device, and one rounding per row and step instead of one per contribution.
+  deterministic,
+};
+const char* value_embed_accumulate_name(ValueEmbedAccumulate a);
+
+// The persistent gradient of a value-embedding table between two pulls.
+struct ValueEmbedBuffer {
+  Tensor sum;      // (P*V, D) f16 (or f32): the table's gradient summed over the cycle's steps
+  Tensor touched;  // (V,) i32: 1 at each token id a backward added since the last pull, else 0
+
+  // An all-zero buffer for a (P*V, D) table, on the table's device. dtype f16 (the seed's) or f32.
+  static ValueEmbedBuffer zeros(const Tensor& table, int planes, DType dtype = DType::f16);
+  bool defined() const { return sum.defined(); }
+  int64_t planes() const { return touched.defined() && touched.dim(0) ? sum.dim(0) / touched.dim(0) : 0; }
+};
+
+struct ValueEmbedOptions {
+  ValueEmbedAccumulate accumulate = ValueEmbedAccumulate::atomic;
+  // The planes' dtype: the weight's (unset), or f32 from a bf16 table, widened in the gather, so a
+  // bf16 table feeds tapegrad's f32 ops (the backward then reads an f32 plane gradient).
+  std::optional<DType> dtype;
+};
+
+// weight (P*V, D) bf16 or f32, viewed as P planes of (V, D); ids (T,) i32 or i64 in [0, V).
+//   -> (P, T, D) in weight's dtype (or options.dtype): out[p][i] = weight[p*V + ids[i]]
+// With a buffer, in grad mode, and weight requiring a gradient, it records one node whose backward
+// does buffer.sum[p*V + ids[i]] += dout[p][i] and buffer.touched[ids[i]] = 1, for every p and i
+// (a buffer for a weight that needs no gradient is refused).
+// With no buffer, or under NoGrad, it is the plain gather and records nothing.
+//
+// One (P, T, D) value rather than P values of (T, D): one node, one launch each way, one sort of
+// the ids in the deterministic mode, and one allocation (tensors have no views to slice planes
+// from). A model combines the planes with reshape and matmul (apps/value_embed).
+Var value_embed_lookup(Var weight, Var ids, int planes, const ValueEmbedBuffer& buffer = {},
+                       const ValueEmbedOptions& options = {});
+
+// The rows a pull took out of the buffer: R = P * U rows for the U tokens touched since the last
+// pull, plane by plane, tokens ascending.
+struct PulledRows {
+  Tensor rows;  // (R,) i64: row ids into the table, p*V + t, ascending
+  Tensor grad;  // (R, D) in the buffer's dtype: the summed gradient of each row
+  int64_t count() const { return rows.defined() ? rows.dim(0) : 0; }
+};
+
+// The update event: compacts the touched rows into PulledRows and zeroes those rows of buffer.sum
+// and all of buffer.touched. Synchronizes once, to learn R, and so reports any out-of-range id the
+// cycle's kernels met.
+PulledRows value_embed_pull(ValueEmbedBuffer& buffer);
+
+}  // namespace tapegrad::ops

@@ -1,0 +1,179 @@
+// The CPU kernels bob's update runs take fast paths (Note [repeated rows], Note [softmax max],
+// src/ops/cpu/avx512.hpp); these tests check, bit for bit, that every path gives what the
+// kernel's reference arithmetic gives, on rows built to reach each one.
+//
+// Rule: the expected values are the documented f32 arithmetic written out here, one element at a
+// time (Note [cross-entropy arithmetic] in src/ops/cpu/rows.cpp): p = exp(x - max) / total with
+// the exponentials summed left to right in double, dlogits = ((p - onehot) / divisor) * g, and
+// the gather backward's rows added in index order.
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "ops/cpu/expf_avx512.hpp"
+#include "ops/kernels.hpp"
+
+using namespace tapegrad;
+
+namespace {
+
+std::vector<float> values(const Tensor& t) {
+  const float* p = t.data<float>();
+  return std::vector<float>(p, p + t.numel());
+}
+
+long first_bit_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i])) return static_cast<long>(i);
+  return -1;
+}
+
+#define CHECK_SAME_BITS(a, b)                                                                          \
+  do {                                                                                                 \
+    const long at = first_bit_difference(a, b);                                                        \
+    CHECK_MESSAGE(at == -1, "first differing element " << at << ": " << (a)[at] << " vs " << (b)[at]); \
+  } while (0)
+
+// The f32 softmax of one row, as Note [cross-entropy arithmetic] writes it.
+std::vector<float> reference_softmax(const float* x, int64_t m) {
+  float top = x[0];
+  for (int64_t j = 1; j < m; ++j) top = x[j] > top ? x[j] : top;
+  std::vector<float> y(static_cast<size_t>(m));
+  double total = 0.0;
+  for (int64_t j = 0; j < m; ++j) {
+    y[j] = std::exp(x[j] - top);
+    total += y[j];
+  }
+  for (int64_t j = 0; j < m; ++j) y[j] = static_cast<float>(y[j] / total);
+  return y;
+}
+
+// Rows that reach every path: random rows, rows whose largest values are +0 and -0 in either
+// order, a row with a NaN, a row with +inf, a row with tiny and underflowing exponentials; m = 37 leaves a tail after the vectors of 16, m = 8
+// is too short for them.
+std::vector<std::vector<float>> distinct_rows(int64_t m) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  std::vector<std::vector<float>> rows(8, std::vector<float>(static_cast<size_t>(m)));
+  for (auto& row : rows)
+    for (float& x : row) x = uniform(rng);
+  for (float& x : rows[2]) x = -std::fabs(x);
+  rows[2][0] = -0.0f, rows[2][m / 2] = 0.0f;  // maximum: -0 first, then +0
+  for (float& x : rows[3]) x = -std::fabs(x);
+  rows[3][1] = 0.0f, rows[3][m - 2] = -0.0f;  // maximum: +0 first, then -0
+  rows[4][m / 3] = std::numeric_limits<float>::quiet_NaN();
+  rows[5][m - 3] = std::numeric_limits<float>::infinity();
+  rows[6] = rows[0];
+  rows[6][m - 1] += 1.0f;  // equal to row 0 but in its last value: not a repeat
+  rows[7][m / 4] = -40.0f;   // exp(-40 - top) < 2^-22: the sum stays left to right
+  rows[7][m / 2] = -95.0f;   // |x - top| >= 88: outside expf's main path
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE("f32 cross-entropy: repeated rows, vectorized max and tails give the reference's bits") {
+  for (int64_t m : {256, 37, 8}) {
+    CAPTURE(m);
+    const std::vector<std::vector<float>> rows = distinct_rows(m);
+    const std::vector<int> order = {0, 1, 0, 2, 3, 1, 0, 4, 5, 4, 6, 2, 3, 0, 7, 6, 5, 7};  // a gathered batch
+    const int64_t b = static_cast<int64_t>(order.size());
+    std::vector<float> logits;
+    std::vector<int32_t> targets;
+    for (size_t i = 0; i < order.size(); ++i) {
+      logits.insert(logits.end(), rows[order[i]].begin(), rows[order[i]].end());
+      targets.push_back(static_cast<int32_t>((i * 5) % static_cast<size_t>(m)));
+    }
+    const Tensor x = Tensor::from_vector(logits, Shape{b, m});
+    const Tensor t = Tensor::from_vector(targets, Shape{b});
+    Tensor probs = Tensor::empty(Shape{b, m}, DType::f32), losses = Tensor::empty(Shape{b}, DType::f32);
+    kernels::cross_entropy(x, t, probs, losses);
+
+    std::vector<float> want;
+    for (int o : order) {
+      const std::vector<float> p = reference_softmax(rows[o].data(), m);
+      want.insert(want.end(), p.begin(), p.end());
+    }
+    CHECK_SAME_BITS(values(probs), want);
+    // Each loss equals the same row's loss computed on its own, as a batch of one.
+    for (int64_t i = 0; i < b; ++i) {
+      Tensor one_probs = Tensor::empty(Shape{1, m}, DType::f32), one_loss = Tensor::empty(Shape{1}, DType::f32);
+      kernels::cross_entropy(Tensor::from_vector(rows[order[i]], Shape{1, m}),
+                             Tensor::from_vector(std::vector<int32_t>{targets[i]}, Shape{1}), one_probs, one_loss);
+      CAPTURE(i);
+      CHECK(std::bit_cast<uint32_t>(values(losses)[i]) == std::bit_cast<uint32_t>(values(one_loss)[0]));
+    }
+  }
+}
+
+TEST_CASE("f32 cross-entropy backward: power-of-two and other divisors, one or per-row gradients") {
+  const int64_t b = 5, m = 37 + 256;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::vector<float> p(static_cast<size_t>(b * m));
+  for (float& x : p) x = uniform(rng);
+  p[3] = 1e-42f;  // a subnormal: x / 256 and x * 2^-8 must still agree
+  const std::vector<int32_t> targets = {0, 5, 292, 17, 5};
+  for (double divisor : {256.0, 3.0, 1.0, 0.5}) {
+    for (bool per_row : {false, true}) {
+      CAPTURE(divisor);
+      CAPTURE(per_row);
+      const std::vector<float> g = per_row ? std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f, -0.0f} : std::vector<float>{1.5f};
+      const Tensor dloss = per_row ? Tensor::from_vector(g, Shape{b}) : Tensor::from_vector(g, Shape{});
+      Tensor d = Tensor::empty(Shape{b, m}, DType::f32);
+      kernels::cross_entropy_backward(Tensor::from_vector(p, Shape{b, m}), Tensor::from_vector(targets, Shape{b}),
+                                      dloss, divisor, d);
+      std::vector<float> want(p.size());
+      const float div = static_cast<float>(divisor);
+      for (int64_t i = 0; i < b; ++i)
+        for (int64_t j = 0; j < m; ++j) {
+          const float onehot = j == targets[i] ? 1.0f : 0.0f;
+          want[i * m + j] = ((p[i * m + j] - onehot) / div) * (per_row ? g[i] : g[0]);
+        }
+      CHECK_SAME_BITS(values(d), want);
+    }
+  }
+}
+
+TEST_CASE("f32 gather backward: rows added in index order, tails included") {
+  const int64_t rows = 4, d = 16 * 3 + 5;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> start(static_cast<size_t>(rows * d)), contributions(static_cast<size_t>(6 * d));
+  for (float& x : start) x = uniform(rng);
+  for (float& x : contributions) x = uniform(rng) * 1e-3f;
+  contributions[7] = -0.0f;
+  const std::vector<int32_t> ids = {2, 0, 2, 3, 2, 0};
+  std::vector<float> want = start;
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (int64_t j = 0; j < d; ++j) want[ids[i] * d + j] = want[ids[i] * d + j] + contributions[i * d + j];
+  Tensor table = Tensor::from_vector(start, Shape{rows, d});
+  kernels::scatter_rows(table, Tensor::from_vector(ids, Shape{6}), Tensor::from_vector(contributions, Shape{6, d}),
+                        false);
+  CHECK_SAME_BITS(values(table), want);
+}
+
+TEST_CASE("the vectorized expf gives the C library's expf bits (every 61st float bit pattern)") {
+  if (!cpu::avx512::available()) {
+    MESSAGE("this CPU has no AVX-512F: the scalar loop runs, nothing to compare");
+    return;
+  }
+  float (*library_exp)(float) = [](float x) { return std::exp(x); };
+  REQUIRE(cpu::avx512::reproduces(library_exp));
+  // bench-style exhaustive runs over all 2^32 inputs agree too; here a spread sample of 70 million
+  std::vector<float> x(1 << 16), have(1 << 16);
+  long checked = 0, differing = 0;
+  for (uint64_t start = 0; start < (uint64_t{1} << 32); start += uint64_t{61} * x.size()) {
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::bit_cast<float>(static_cast<uint32_t>(start + 61 * i));
+    cpu::avx512::exp_row(x.data(), 0.0f, have.data(), static_cast<int64_t>(x.size()), library_exp);
+    for (size_t i = 0; i < x.size(); ++i, ++checked)
+      differing += std::bit_cast<uint32_t>(have[i]) != std::bit_cast<uint32_t>(std::exp(x[i]));
+  }
+  CHECK(checked > 70000000);
+  CHECK(differing == 0);
+}
