@@ -18,7 +18,8 @@ build=${BUILD:-build-cuda}
 prepare() {
   [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
   if [[ ! -f $build/build.ninja ]]; then meson setup "$build" -Dcuda=enabled || exit 1; fi
-  ninja -C "$build" tests/cuda/test_cuda apps/tiny_step bench/cuda_bench || exit 1
+  ninja -C "$build" tests/cuda/test_cuda tests/value_embed/test_value_embed_cuda apps/tiny_step apps/bob \
+    bench/cuda_bench || exit 1
   mkdir -p .device/lib
   cp -L "$(ldd "$build/libtapegrad.so" | awk '/libsimdjson/ {print $3}')" .device/lib/ || exit 1
   du -sh "$build" .device | sed 's/^/carry: /'
@@ -85,6 +86,70 @@ run() {
   rc=$?
   note "tiny_step --device cuda:7" "$([[ $rc -eq 2 ]] && echo PASS || echo FAIL)" "exit $rc: $(head -c 110 "$traces/bad_device.err")"
   rm -rf "$traces"
+
+  # 2b. the value-embed path's GPU tests
+  "$build/tests/value_embed/test_value_embed_cuda" > "$logs/test_value_embed_cuda.log" 2>&1
+  rc=$?
+  note "test_value_embed_cuda" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" \
+    "$(grep -E '^\[doctest\] test cases' "$logs/test_value_embed_cuda.log" | head -c 90)"
+
+  # 2c. bob on the GPU: fresh-process resume bit for bit, GPU against CPU after 30 updates,
+  # checkpoints crossing devices, and the time of whole invocations
+  local bobdir bob="$build/apps/bob"
+  bobdir=$(mktemp -d)
+  "$bob" fixture --out "$bobdir/rec" > /dev/null
+  "$bob" verify-resume --input "$bobdir/rec" --invocations 3 --device cuda > "$logs/bob_verify.txt" 2>&1
+  rc=$?
+  tail -n 4 "$logs/bob_verify.txt"
+  note "bob verify-resume --device cuda" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" "exit $rc: $(tail -n 1 "$logs/bob_verify.txt" | head -c 100)"
+  local dev
+  for dev in cpu cuda; do
+    "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/$dev.ckpt" --fresh --device $dev > "$bobdir/$dev.log" 2>&1
+    for _ in 1 2; do
+      "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/$dev.ckpt" --resume --device $dev \
+        --predictions "$bobdir/$dev.pred" >> "$bobdir/$dev.log" 2>&1
+    done
+  done
+  grep -E "loss|predict" "$bobdir/cuda.log" | tail -n 6
+  python3 - "$bobdir/cpu.ckpt" "$bobdir/cuda.ckpt" > "$logs/bob_cpu_vs_cuda.txt" 2>&1 <<'PY'
+import struct, sys
+def planes(path):
+    b = open(path, "rb").read()
+    body = b[-4 - 3 * 262144:-4]
+    return [struct.unpack("<65536f", body[k * 262144:(k + 1) * 262144]) for k in range(3)]
+cpu, gpu = planes(sys.argv[1]), planes(sys.argv[2])
+worst = 0.0
+for name, a, g in zip("PMV", cpu, gpu):
+    scale = max(abs(x) for x in a) or 1.0
+    rel = max(abs(x - y) for x, y in zip(a, g)) / scale
+    worst = max(worst, rel)
+    print(f"plane {name}: max |cpu - cuda| / max|cpu| = {rel:.3e}")
+print(f"worst {worst:.3e}")
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+  rc=$?
+  cat "$logs/bob_cpu_vs_cuda.txt"
+  cmp -s "$bobdir/cpu.pred" "$bobdir/cuda.pred"
+  local pred=$?
+  note "bob 30 updates: CUDA vs CPU planes" "$([[ $rc -eq 0 && $pred -eq 0 ]] && echo PASS || echo FAIL)" \
+    "$(tail -n 1 "$logs/bob_cpu_vs_cuda.txt"); predictions $([[ $pred -eq 0 ]] && echo equal || echo DIFFER)"
+  # a GPU checkpoint resumes on the CPU, and a CPU one on the GPU
+  cp "$bobdir/cuda.ckpt" "$bobdir/x1.ckpt"
+  cp "$bobdir/cpu.ckpt" "$bobdir/x2.ckpt"
+  "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/x1.ckpt" --resume --device cpu > /dev/null 2>&1
+  local r1=$?
+  "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/x2.ckpt" --resume --device cuda > /dev/null 2>&1
+  local r2=$?
+  note "bob checkpoints cross devices" "$([[ $r1 -eq 0 && $r2 -eq 0 ]] && echo PASS || echo FAIL)" \
+    "cuda->cpu exit $r1, cpu->cuda exit $r2"
+  local t_start t_end
+  t_start=$(date +%s%N)
+  for _ in 1 2 3 4 5; do
+    "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/cuda.ckpt" --resume --device cuda > /dev/null 2>&1
+  done
+  t_end=$(date +%s%N)
+  note "bob invocation (cuda, process)" INFO "$(( (t_end - t_start) / 5000000 )) ms per whole invocation (mean of 5)"
+  rm -rf "$bobdir"
 
   # 3. benchmarks (not timed tests)
   "$build/bench/cuda_bench" 1000 2>&1 | tee "$logs/bench.txt"

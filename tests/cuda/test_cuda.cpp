@@ -81,6 +81,25 @@ void check_bits(const Tensor& cpu, const Tensor& gpu, const std::string& what) {
     }
 }
 
+// f64 cells at most max_ulps apart. For results that go through exp or log: the CPU calls glibc's,
+// CUDA the correctly rounded cr_exp/cr_log, which differ where glibc misrounds by one ulp
+// (Note [exp and log on each device] in src/ops/cr_math.hpp).
+void check_ulps(const Tensor& cpu, const Tensor& gpu, int64_t max_ulps, const std::string& what) {
+  INFO(what);
+  const std::vector<double> a = cpu.to_doubles(), b = gpu.to_doubles();
+  REQUIRE(a.size() == b.size());
+  int64_t worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    int64_t ia, ib;
+    std::memcpy(&ia, &a[i], 8);
+    std::memcpy(&ib, &b[i], 8);
+    if (ia < 0) ia = INT64_MIN - ia;  // order the bit patterns like the numbers
+    if (ib < 0) ib = INT64_MIN - ib;
+    worst = std::max(worst, ia > ib ? ia - ib : ib - ia);
+  }
+  CHECK_MESSAGE(worst <= max_ulps, "cells differ by up to ", worst, " ulps");
+}
+
 // ||gpu - cpu|| / ||cpu|| below tol, no NaN, and every cell written.
 void check_close(const Tensor& cpu, const Tensor& gpu, double tol, const std::string& what) {
   INFO(what);
@@ -193,8 +212,9 @@ TEST_CASE("[gpu] elementwise kernels") {
       Tensor x = op == Unary::log ? random(s, t, 0.01, 5.0) : random(s, t);
       args = {x, poisoned(s, t)};
       back = run_both(args, [op](std::vector<Tensor>& a) { kernels::unary(op, a[0], a[1]); });
-      const bool same_math = op == Unary::neg || op == Unary::relu || (t == DType::f64 && op != Unary::tanh);
+      const bool same_math = op == Unary::neg || op == Unary::relu;
       if (same_math) check_bits(args[1], back[1], what);
+      else if (t == DType::f64 && op != Unary::tanh) check_ulps(args[1], back[1], 1, what);  // glibc vs cr_exp/cr_log
       else check_close(args[1], back[1], t == DType::f64 ? 1e-15 : 1e-6, what);
 
       args = {x, args[1], random(s, t), poisoned(s, t)};  // x, y = f(x) from the CPU, dy, dx
@@ -283,9 +303,9 @@ TEST_CASE("[gpu] gather and its scatter backward, with repeated ids") {
 TEST_CASE("[gpu] softmax and cross-entropy, forward and backward") {
   for (DType t : kFloats) {
     const std::string d = name(t);
-    const double tol = 1e-6;  // f32: CUDA's expf against glibc's; f64 must be exact
+    const double tol = 1e-6;  // f32: CUDA's expf against glibc's
     auto compare = [&](const Tensor& a, const Tensor& b, const std::string& what) {
-      if (t == DType::f64) check_bits(a, b, what);
+      if (t == DType::f64) check_ulps(a, b, 4, what);  // exact sums; exp/log within an ulp (check_ulps)
       else check_close(a, b, tol, what);
     };
     for (int64_t m : {1, 5, 40, 300}) {
@@ -371,7 +391,8 @@ struct TinyModel {  // gather -> matmul -> add_row -> cross-entropy, plus a sum 
 
 }  // namespace
 
-TEST_CASE("[gpu] a model's loss, gradients and updates equal the CPU's bit for bit (f64)") {
+// Bit for bit but for exp and log (check_ulps): sums are correctly rounded on both devices.
+TEST_CASE("[gpu] a model's loss, gradients and updates equal the CPU's to the last few ulps (f64)") {
   const std::vector<Tensor> init{random(Shape{6, 4}, DType::f64), random(Shape{4, 7}, DType::f64),
                                  random(Shape{7}, DType::f64)};
   const uint64_t fallbacks = host_fallback_count();
@@ -383,13 +404,13 @@ TEST_CASE("[gpu] a model's loss, gradients and updates equal the CPU's bit for b
   cpu_model.g.clear();
   gpu_model.g.clear();
   Var lc = cpu_model.loss(), lg = gpu_model.loss();
-  check_bits(lc.value(), lg.value().to(kCpu), "loss after 3 steps");
+  check_ulps(lc.value(), lg.value().to(kCpu), 16, "loss after 3 steps");
   cpu_model.g.backward(lc);
   gpu_model.g.backward(lg);
   const auto pc = cpu_model.g.parameters(), pg = gpu_model.g.parameters();
   for (size_t k = 0; k < pc.size(); ++k) {
-    check_bits(pc[k].value(), pg[k].value().to(kCpu), "parameter " + pc[k].label());
-    check_bits(pc[k].grad(), pg[k].grad().to(kCpu), "gradient of " + pc[k].label());
+    check_ulps(pc[k].value(), pg[k].value().to(kCpu), 16, "parameter " + pc[k].label());
+    check_close(pc[k].grad(), pg[k].grad().to(kCpu), 1e-12, "gradient of " + pc[k].label());
   }
   CHECK(host_fallback_count() == fallbacks);
 }
