@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "graph/tape_dump.hpp"
 #include "ops/ops.hpp"
 
 namespace bob {
@@ -112,10 +113,25 @@ Var Model::forward() {
   return ops::cross_entropy(logits, graph_.input(y_));  // (): mean over the 256 examples
 }
 
-Tensor Model::update(bool overwrite_bug) {
+Tensor Model::update(bool overwrite_bug, const std::string& dump_tape) {
   graph_.zero_grad();
   Var loss = forward();
-  graph_.backward(loss, {.overwrite_bug = overwrite_bug});  // dW: rows of repeated bytes accumulate
+  tapegrad::BackwardRecord record;
+  graph_.backward(loss, {.overwrite_bug = overwrite_bug, .record = dump_tape.empty() ? nullptr : &record});
+  if (!dump_tape.empty()) {  // dW: rows of repeated bytes accumulate (or, in the bug mode, overwrite)
+    std::vector<std::string> bytes;  // row names: 'a' for printable bytes, 0x0a otherwise
+    for (int64_t b = 0; b < vocabulary; ++b) {
+      char name[8];
+      if (b >= 0x20 && b < 0x7f) std::snprintf(name, sizeof name, "'%c'", static_cast<int>(b));
+      else std::snprintf(name, sizeof name, "0x%02x", static_cast<unsigned>(b));
+      bytes.push_back(name);
+    }
+    tapegrad::DumpOptions dump;
+    dump.title = "bob: update " + std::to_string(adamw_.step_count() + 1) + " (W before AdamW)";
+    dump.overwrite_bug = overwrite_bug;
+    dump.row_names = {{"W", bytes}};
+    tapegrad::write_tape_dump(dump_tape, graph_, &record, dump);
+  }
   adamw_.step();
   return loss.value();
 }

@@ -56,7 +56,9 @@ class Model {
 
   // One optimizer update over the full batch: forward, backward (in the overwrite-bug mode when
   // asked), AdamW. Returns the forward pass's loss, a shape () tensor on the model's device.
-  Tensor update(bool overwrite_bug = false);
+  // With dump_tape, the update's tape (values, every gradient contribution, W's gradient) is
+  // written there before AdamW changes W (apps/tape reads it).
+  Tensor update(bool overwrite_bug = false, const std::string& dump_tape = "");
   // The loss at the current W, without recording a backward.
   Tensor loss();
 

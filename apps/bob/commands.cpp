@@ -267,7 +267,8 @@ void train(const TrainOptions& options) {
   const uint64_t host_fallbacks = tapegrad::host_fallback_count();
   const auto began = std::chrono::steady_clock::now();
   std::vector<Tensor> losses;
-  for (uint64_t k = 0; k < updates_per_invocation; ++k) losses.push_back(model.update(options.overwrite_bug));
+  for (uint64_t k = 0; k < updates_per_invocation; ++k)
+    losses.push_back(model.update(options.overwrite_bug, k + 1 == updates_per_invocation ? options.dump_tape : ""));
   const Tensor loss_after = model.loss();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   if (!device.is_cpu() && tapegrad::host_fallback_count() != host_fallbacks)

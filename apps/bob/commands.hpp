@@ -26,6 +26,7 @@ struct TrainOptions {
   bool fresh = false, resume = false;  // exactly one
   bool force = false;                  // --fresh may replace an existing checkpoint
   bool overwrite_bug = false;          // backward in the engine's overwrite-bug mode
+  std::string dump_tape;               // "" = none; else the last update's tape (apps/tape reads it)
   std::string predictions;             // "" = print them only
   std::string device = "cpu";
 };

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   train_cmd->add_flag("--overwrite-bug", train.overwrite_bug,
                       "run the backward in the engine's overwrite-bug mode (repeated bytes overwrite their rows)");
   train_cmd->add_option("--device", train.device, "cpu (default) or cuda[:N]");
+  train_cmd->add_option("--dump-tape", train.dump_tape, "write the last update's tape here (see apps/tape)");
 
   std::string inspect_path;
   CLI::App* inspect_cmd = app.add_subcommand("inspect", "show a checkpoint's fields, planes and CRC, and bob's verdict");
