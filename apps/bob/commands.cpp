@@ -20,7 +20,6 @@
 #include <filesystem>
 #include <optional>
 
-#include <zlib.h>
 
 #include "bob_model.hpp"
 #include "default_corpus.hpp"
@@ -66,17 +65,6 @@ std::string one_line(std::string_view text) {
     else out += io::printable_bytes(std::string_view(&c, 1));
   }
   return out + "\"";
-}
-
-std::string hex32(uint32_t value) {
-  char text[16];
-  std::snprintf(text, sizeof text, "0x%08x", value);
-  return text;
-}
-
-uint32_t crc32_of(std::string_view bytes) {
-  return static_cast<uint32_t>(
-      ::crc32_z(::crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
 }
 
 // ---- files and processes
@@ -208,8 +196,8 @@ std::string field_text(const EnvelopeField& field, std::string_view bytes, const
   if (name == "step") return std::to_string(io::load_u64(value, 0)) + "  (updates made so far)";
   if (name == "chunk count") return number(bob.chunk_count);
   if (name == "CRC-32") {
-    const uint32_t stored = io::load_u32(value, 0), computed = crc32_of(bytes.substr(0, field.begin));
-    return "stored " + hex32(stored) + ", computed " + hex32(computed) +
+    const uint32_t stored = io::load_u32(value, 0), computed = io::crc32_of(bytes.substr(0, field.begin));
+    return "stored " + io::hex32(stored) + ", computed " + io::hex32(computed) +
            (stored == computed ? ": ok" : ": BAD, the file is corrupt");
   }
   return plane_statistics(value);  // plane P, M or V
@@ -371,7 +359,7 @@ int verify_resume(const VerifyOptions& options) {
   std::printf("identical: %llu invocations and one process give the same checkpoint, byte for byte "
               "(%zu bytes, CRC-32 %s)\n",
               static_cast<unsigned long long>(options.invocations), resumed.size(),
-              hex32(crc32_of(std::string_view(resumed).substr(0, resumed.size() - 4))).c_str());
+              io::hex32(io::crc32_of(std::string_view(resumed).substr(0, resumed.size() - 4))).c_str());
   return 0;
 }
 

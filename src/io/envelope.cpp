@@ -19,17 +19,6 @@ namespace {
 constexpr std::string_view magic = "CKPTENV1";
 constexpr uint32_t format = 1;
 
-std::string hex32(uint32_t value) {
-  char text[16];
-  std::snprintf(text, sizeof text, "0x%08x", value);
-  return text;
-}
-
-uint32_t crc32_of(std::string_view bytes) {
-  return static_cast<uint32_t>(
-      ::crc32_z(::crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
-}
-
 // Caller bugs: an identity whose sizes contradict each other cannot describe any file.
 void check_identity(const EnvelopeIdentity& identity, const char* op) {
   const std::string where = std::string("[") + op + "] ";
@@ -116,6 +105,18 @@ void refuse_if_size_differs(const std::string& path, const std::string& what, ui
 }
 
 }  // namespace
+
+std::string hex32(uint32_t value) {
+  char text[16];
+  std::snprintf(text, sizeof text, "0x%08x", value);
+  return text;
+}
+
+uint32_t crc32_of(std::string_view bytes) {
+  return static_cast<uint32_t>(
+      ::crc32_z(::crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
+}
+
 
 std::string printable_bytes(std::string_view bytes) {
   std::string text;

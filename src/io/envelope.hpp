@@ -22,6 +22,10 @@
 
 namespace tapegrad::io {
 
+// The CRC-32 (zlib's polynomial) of `bytes`, and a u32 as "0x%08x": what checkpoint messages show.
+uint32_t crc32_of(std::string_view bytes);
+std::string hex32(uint32_t value);
+
 // `bytes` with printable ASCII kept and every other byte (and the backslash) escaped: "ab\x00\\".
 std::string printable_bytes(std::string_view bytes);
 
