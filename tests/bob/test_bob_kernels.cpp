@@ -16,28 +16,13 @@
 
 #include "ops/cpu/expf_avx512.hpp"
 #include "ops/kernels.hpp"
+#include "bits.hpp"
 
 using namespace tapegrad;
 
 namespace {
 
-std::vector<float> values(const Tensor& t) {
-  const float* p = t.data<float>();
-  return std::vector<float>(p, p + t.numel());
-}
-
-long first_bit_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i])) return static_cast<long>(i);
-  return -1;
-}
-
-#define CHECK_SAME_BITS(a, b)                                                                          \
-  do {                                                                                                 \
-    const long at = first_bit_difference(a, b);                                                        \
-    CHECK_MESSAGE(at == -1, "first differing element " << at << ": " << (a)[at] << " vs " << (b)[at]); \
-  } while (0)
+using testing::values;
 
 // The f32 softmax of one row, as Note [cross-entropy arithmetic] writes it.
 std::vector<float> reference_softmax(const float* x, int64_t m) {

@@ -16,6 +16,7 @@
 #include "ops/kernels.hpp"
 #include "ops/ops.hpp"
 #include "optim/adamw.hpp"
+#include "bits.hpp"
 
 using namespace tapegrad;
 
@@ -23,24 +24,7 @@ namespace {
 
 optim::AdamWConfig bob_config() { return {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.01f}; }
 
-std::vector<float> values(const Tensor& t) {
-  const float* p = t.data<float>();
-  return std::vector<float>(p, p + t.numel());
-}
-
-// The first index where two float vectors differ in their bits, or -1.
-long first_bit_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i])) return static_cast<long>(i);
-  return -1;
-}
-
-#define CHECK_SAME_BITS(a, b)                                                                      \
-  do {                                                                                             \
-    const long at = first_bit_difference(a, b);                                                    \
-    CHECK_MESSAGE(at == -1, "first differing element " << at << ": " << (a)[at] << " vs " << (b)[at]); \
-  } while (0)
+using testing::values;
 
 // Gives each parameter exactly the gradient G beside it: backward of sum over k of sum(W_k * G_k)
 // is 1 * G_k for W_k, bit for bit.
