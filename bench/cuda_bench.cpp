@@ -1,8 +1,9 @@
 // cuda_bench: what the CUDA backend costs, on the device it finds (not a timed test). Prints one
-// table: the tiny step (f64) per step on CPU and GPU, a bob-shaped f32 update (gather a (256, 256)
-// table, cross-entropy, backward, AdamW) per update op by op, the allocator's cudaMalloc count
-// across the loop, and cuBLAS f32 matmul with and without TF32. bench/cuda_torch_baseline.py
-// times the same bob-shaped update in PyTorch.
+// table: the tiny step (f64) per step on CPU and GPU; bob's update (apps/bob: gather a (256, 256)
+// table, cross-entropy, backward, AdamW) per update, replayed as one CUDA graph of an invocation's
+// 10 updates, op by op, and on the CPU, with the allocator's cudaMalloc count across the replays;
+// and cuBLAS f32 matmul with and without TF32. bench/cuda_torch_baseline.py times the same update
+// in PyTorch (eager, fused, and a CUDA graph of 10).
 //
 //   ./build-cuda/bench/cuda_bench [updates]
 #include <algorithm>
@@ -14,7 +15,9 @@
 #include <random>
 #include <vector>
 
+#include "bob_model.hpp"
 #include "cuda/cuda.hpp"
+#include "default_corpus.hpp"
 #include "graph/graph.hpp"
 #include "ops/kernels.hpp"
 #include "ops/ops.hpp"
@@ -46,13 +49,10 @@ Tensor uniform(const Shape& s, DType t, std::mt19937_64& rng, double lo, double 
   return Tensor::from_doubles(v, s, t);
 }
 
-Tensor bytes(int64_t n, std::mt19937_64& rng) {
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int32_t& x : v) x = static_cast<int32_t>(rng() % 256);
-  return Tensor::from_vector(v, Shape{n});
+void row(const char* name, double value, const char* unit) {
+  std::printf("| %-52s | %12.2f | %-8s |\n", name, value, unit);
+  std::fflush(stdout);
 }
-
-void row(const char* name, double value, const char* unit) { std::printf("| %-52s | %12.2f | %-8s |\n", name, value, unit); }
 
 // The tiny step of apps/tiny_step (V = 4, d = 2, B = 3, f64): forward, backward, SGD.
 double tiny_step_us(Device dev) {
@@ -74,32 +74,64 @@ double tiny_step_us(Device dev) {
   });
 }
 
-// bob's shape: a (256, 256) f32 table, 256 (byte, next byte) pairs, mean cross-entropy, AdamW.
-struct BobShaped {
-  Graph g;
-  Var W;
-  Tensor x, y, m, v;
-  int step = 0;
-  explicit BobShaped(Device dev) {
-    std::mt19937_64 rng(11);
-    W = g.parameter(uniform(Shape{256, 256}, DType::f32, rng, -0.1, 0.1).to(dev));
-    x = bytes(256, rng).to(dev);
-    y = bytes(256, rng).to(dev);
-    m = Tensor::zeros(Shape{256, 256}, DType::f32, dev);
-    v = Tensor::zeros(Shape{256, 256}, DType::f32, dev);
-  }
-  void update() {
-    ++step;
-    g.clear();
-    g.zero_grad();
-    g.backward(ops::cross_entropy(ops::gather(W, g.input(x)), g.input(y)));
-    const double bc1 = 1.0 - std::pow(0.9f, step), bc2 = 1.0 - std::pow(0.95f, step);
-    const kernels::AdamWScalars s{0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, static_cast<float>(0.1f / bc1),
-                                  static_cast<float>(std::sqrt(bc2))};
-    Tensor w = W.value();
-    kernels::adamw_step(w, W.grad(), m, v, s);
-  }
-};
+// bob's model (apps/bob) on the record of its built-in corpus.
+bob::Model bob_model(Device dev) {
+  return bob::Model(io::make_record(bob::default_corpus, 0, {"Down the Rabbit", "she had peeped into th", ""}), dev);
+}
+
+// Median microseconds per update over `reps` invocations of 10 updates, synchronizing after each.
+double bob_us(bob::Model& model, int reps) {
+  return median_us(5, reps, [&] {
+           model.updates(bob::updates_per_invocation);
+           synchronize(model.table().value().device());
+         }) /
+         static_cast<double>(bob::updates_per_invocation);
+}
+
+// Device microseconds of `op` alone: 100 of it captured in one graph, the graph replayed 20 times.
+double in_graph_us(const std::function<void()>& op) {
+  const Device gpu = Device::cuda();
+  op();  // warm: handles, first-use allocations
+  std::unique_ptr<CapturedGraph> graph = capture(gpu, [&] {
+    for (int k = 0; k < 100; ++k) op();
+  });
+  return median_us(2, 20, [&] {
+           graph->replay();
+           synchronize(gpu);
+         }) /
+         100.0;
+}
+
+// bob's update, kernel by kernel, on the tensors an update uses (each timed in a graph of 100).
+void bob_kernels(bob::Model& model) {
+  model.update();  // W has its gradient; the tape holds the last update
+  const Tensor& w = model.table().value();
+  const Tensor x = model.inputs().first, y = model.inputs().second;
+  const Device gpu = Device::cuda();
+  Tensor logits = Tensor::empty(Shape{256, 256}, DType::f32, gpu), probs = Tensor::empty(Shape{256, 256}, DType::f32, gpu);
+  Tensor losses = Tensor::empty(Shape{256}, DType::f32, gpu), loss = Tensor::empty(Shape{}, DType::f32, gpu);
+  Tensor seed = Tensor::empty(Shape{}, DType::f32, gpu), dlogits = Tensor::empty(Shape{256, 256}, DType::f32, gpu);
+  Tensor dw = Tensor::zeros(Shape{256, 256}, DType::f32, gpu);
+  Tensor w2 = w.clone(), m = Tensor::zeros(Shape{256, 256}, DType::f32, gpu), v = Tensor::zeros(Shape{256, 256}, DType::f32, gpu);
+  kernels::gather_rows(w, x, logits);
+  const kernels::AdamWScalars s{0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, 0.5f, 0.5f};
+  row("  in a graph: gather (256 rows of 256)", in_graph_us([&] { kernels::gather_rows(w, x, logits); }), "us");
+  row("  in a graph: cross-entropy with its mean", in_graph_us([&] {
+        kernels::cross_entropy_reduced(logits, y, probs, losses, loss, true);
+      }), "us");
+  row("  in a graph: the backward's seed (fill)", in_graph_us([&] { kernels::fill(seed, 1.0); }), "us");
+  row("  in a graph: cross-entropy backward", in_graph_us([&] {
+        kernels::cross_entropy_backward(probs, y, seed, 256.0, dlogits);
+      }), "us");
+  row("  in a graph: zeros for dW (memset)", in_graph_us([&] { dw.zero_(); }), "us");
+  row("  in a graph: gather backward (ranked scatter)", in_graph_us([&] {
+        kernels::scatter_rows(dw, x, dlogits, false);
+      }), "us");
+  row("  in a graph: gather backward into a new dW (no memset)", in_graph_us([&] {
+        kernels::scatter_rows_fresh(dw, x, dlogits, false);
+      }), "us");
+  row("  in a graph: AdamW", in_graph_us([&] { kernels::adamw_step(w2, dw, m, v, s); }), "us");
+}
 
 double matmul_tflops(bool tf32) {
   const int64_t n = 4096;
@@ -129,27 +161,31 @@ int main(int argc, char** argv) {
   row("tiny step f64 (fwd + bwd + SGD), CPU", tiny_step_us(Device::cpu()), "us/step");
   row("tiny step f64 (fwd + bwd + SGD), CUDA, sync per step", tiny_step_us(gpu), "us/step");
 
-  BobShaped bob(gpu);
-  for (int i = 0; i < 10; ++i) bob.update();
+  // bob: an invocation's 10 updates as one CUDA graph (the default), op by op, and on the CPU
+  const int invocations = std::max(updates / 10, 20);
+  bob::Model graphed = bob_model(gpu);
+  graphed.updates(bob::updates_per_invocation);  // captures
   synchronize(gpu);
   const cuda::AllocatorStats warm = cuda::allocator_stats();
-  row("bob-shaped f32 update, CUDA, sync per update", median_us(10, updates, [&] {
-        bob.update();
+  const uint64_t fallbacks = host_fallback_count();
+  row("bob update, CUDA graph of 10 updates, sync per 10", bob_us(graphed, invocations), "us/upd");
+  row("  the graph's nodes (kernels, fills), per update",
+      static_cast<double>(graphed.graph_nodes()) / bob::updates_per_invocation, "nodes");
+  const cuda::AllocatorStats after = cuda::allocator_stats();
+  row("  cudaMalloc calls during the timed replays", static_cast<double>(after.cuda_malloc_count - warm.cuda_malloc_count),
+      "calls");
+  row("  graph pool", static_cast<double>(after.graph_pool_bytes) / (1 << 20), "MiB");
+  bob_kernels(graphed);
+  bob::Model eager = bob_model(gpu);
+  eager.set_graphs(false);
+  row("bob update, CUDA op by op, sync per 10", bob_us(eager, invocations), "us/upd");
+  row("bob update, CUDA op by op, sync per update", median_us(10, updates, [&] {
+        eager.update();
         synchronize(gpu);
       }), "us/upd");
-  const auto start = Clock::now();
-  for (int i = 0; i < updates; ++i) bob.update();
-  synchronize(gpu);
-  row("bob-shaped f32 update, CUDA, one sync per run", std::chrono::duration<double, std::micro>(Clock::now() - start).count() / updates,
-      "us/upd");
-  const cuda::AllocatorStats after = cuda::allocator_stats();
-  row("cudaMalloc calls during the timed updates", static_cast<double>(after.cuda_malloc_count - warm.cuda_malloc_count),
-      "calls");
-  row("device bytes in use after them", static_cast<double>(after.bytes_in_use) / (1 << 20), "MiB");
-  row("host fallbacks", static_cast<double>(host_fallback_count()), "count");
-
-  BobShaped bob_cpu(Device::cpu());
-  row("bob-shaped f32 update, CPU", median_us(5, std::max(updates / 10, 20), [&] { bob_cpu.update(); }), "us/upd");
+  row("host fallbacks during the CUDA updates", static_cast<double>(host_fallback_count() - fallbacks), "count");
+  bob::Model on_cpu = bob_model(Device::cpu());
+  row("bob update, CPU", bob_us(on_cpu, invocations / 4), "us/upd");
 
   row("cuBLAS f32 matmul 4096^3, FP32", matmul_tflops(false), "TFLOP/s");
   row("cuBLAS f32 matmul 4096^3, TF32 allowed", matmul_tflops(true), "TFLOP/s");

@@ -9,6 +9,7 @@ source scripts/deps.sh
 install_packages $BUILD_PACKAGES
 [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
 if [[ -d build ]]; then meson setup --reconfigure build > /dev/null; else meson setup build > /dev/null; fi
+scripts/stale_cuda_objects.sh build
 ninja -C build
 echo
 echo "== tiny_step: one training step, checked against the Python reference's trace"

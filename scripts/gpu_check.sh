@@ -18,6 +18,7 @@ build=${BUILD:-build-cuda}
 prepare() {
   [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
   if [[ ! -f $build/build.ninja ]]; then meson setup "$build" -Dcuda=enabled || exit 1; fi
+  scripts/stale_cuda_objects.sh "$build"
   ninja -C "$build" tests/cuda/test_cuda tests/value_embed/test_value_embed_cuda apps/tiny_step apps/bob \
     bench/cuda_bench || exit 1
   mkdir -p .device/lib
@@ -36,14 +37,20 @@ run() {
   note() { table+=("$(printf '| %-34s | %-6s | %s' "$1" "$2" "$3")"); [[ $2 == PASS || $2 == INFO ]] || failed=1; }
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$logs/device.txt"
 
-  # 1. the GPU tests
-  local t0=$SECONDS
-  "$build/tests/cuda/test_cuda" > "$logs/test_cuda.log" 2>&1
-  local rc=$? summary
-  summary=$(awk -F'|' '/^\[doctest\] test cases:/ {gsub(/[^0-9]/, "", $1); gsub(/^ +| +$/, "", $2); gsub(/^ +| +$/, "", $3);
-                          gsub(/^ +| +$/, "", $4); printf "%s test cases: %s, %s, %s", $1, $2, $3, $4}' "$logs/test_cuda.log")
-  tail -n 30 "$logs/test_cuda.log"
-  note "test_cuda" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" "$summary ($((SECONDS - t0)) s)"
+  # 1. the GPU tests, with chained launches (the default) and with plain ones (Note [chained
+  # launches] in src/cuda/memory.cu). Every GPU command runs under `timeout`: a hang costs minutes
+  # of a small device budget, not all of it.
+  local t0 rc summary mode
+  for mode in 1 0; do
+    t0=$SECONDS
+    TAPEGRAD_CUDA_CHAINED=$mode timeout 150 "$build/tests/cuda/test_cuda" > "$logs/test_cuda_$mode.log" 2>&1
+    rc=$?
+    summary=$(awk -F'|' '/^\[doctest\] test cases:/ {gsub(/[^0-9]/, "", $1); gsub(/^ +| +$/, "", $2); gsub(/^ +| +$/, "", $3);
+                            gsub(/^ +| +$/, "", $4); printf "%s test cases: %s, %s, %s", $1, $2, $3, $4}' "$logs/test_cuda_$mode.log")
+    grep -E -A12 '^TEST CASE' "$logs/test_cuda_$mode.log" | head -n 40
+    note "test_cuda (chained launches $([[ $mode == 1 ]] && echo on || echo off))" \
+      "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" "exit $rc; $summary ($((SECONDS - t0)) s)"
+  done
 
   # 2. tiny_step: CPU against CUDA, byte for byte, and both against the expected files. The traces
   # go to a scratch folder ($OUT brings back 8 files at most); the first differing pair is kept.
@@ -53,7 +60,7 @@ run() {
     local name=$1 expected=$2
     shift 2
     "$build/apps/tiny_step" "$@" > "$traces/cpu_$name.json" 2> "$traces/cpu_$name.err"
-    "$build/apps/tiny_step" --device cuda "$@" > "$traces/cuda_$name.json" 2> "$traces/cuda_$name.err"
+    timeout 30 "$build/apps/tiny_step" --device cuda "$@" > "$traces/cuda_$name.json" 2> "$traces/cuda_$name.err"
     cases=$((cases + 1))
     if cmp -s "$traces/cpu_$name.json" "$traces/cuda_$name.json" && [[ -s $traces/cuda_$name.json ]]; then
       same=$((same + 1))
@@ -88,25 +95,48 @@ run() {
   rm -rf "$traces"
 
   # 2b. the value-embed path's GPU tests
-  "$build/tests/value_embed/test_value_embed_cuda" > "$logs/test_value_embed_cuda.log" 2>&1
+  timeout 120 "$build/tests/value_embed/test_value_embed_cuda" > "$logs/test_value_embed_cuda.log" 2>&1
   rc=$?
   note "test_value_embed_cuda" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" \
     "$(grep -E '^\[doctest\] test cases' "$logs/test_value_embed_cuda.log" | head -c 90)"
 
-  # 2c. bob on the GPU: fresh-process resume bit for bit, GPU against CPU after 30 updates,
+  # 2c. bob on the GPU: fresh-process resume bit for bit (replaying CUDA graphs, and op by op),
+  # the graph path against the op-by-op path byte for byte, GPU against CPU after 30 updates,
   # checkpoints crossing devices, and the time of whole invocations
   local bobdir bob="$build/apps/bob"
   bobdir=$(mktemp -d)
   "$bob" fixture --out "$bobdir/rec" > /dev/null
-  "$bob" verify-resume --input "$bobdir/rec" --invocations 3 --device cuda > "$logs/bob_verify.txt" 2>&1
+  timeout 60 "$bob" verify-resume --input "$bobdir/rec" --invocations 3 --device cuda > "$logs/bob_verify.txt" 2>&1
   rc=$?
   tail -n 4 "$logs/bob_verify.txt"
   note "bob verify-resume --device cuda" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" "exit $rc: $(tail -n 1 "$logs/bob_verify.txt" | head -c 100)"
+  timeout 60 "$bob" verify-resume --input "$bobdir/rec" --invocations 3 --device cuda --no-graph \
+    > "$logs/bob_verify_nograph.txt" 2>&1
+  rc=$?
+  tail -n 1 "$logs/bob_verify_nograph.txt"
+  note "bob verify-resume, op by op" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" "exit $rc: $(tail -n 1 "$logs/bob_verify_nograph.txt" | head -c 100)"
+  local mode flags same_modes=0 mode_cases=0
+  for flags in "" "--overwrite-bug"; do  # graph and op by op, 3 invocations each: the same bytes?
+    for mode in graph nograph; do
+      timeout 30 "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/$mode.ckpt" --fresh --force --device cuda $flags \
+        $([[ $mode == nograph ]] && echo --no-graph) > "$bobdir/$mode.log" 2>&1
+      for _ in 1 2; do
+        timeout 30 "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/$mode.ckpt" --resume --device cuda $flags \
+          $([[ $mode == nograph ]] && echo --no-graph) >> "$bobdir/$mode.log" 2>&1
+      done
+    done
+    mode_cases=$((mode_cases + 1))
+    cmp -s "$bobdir/graph.ckpt" "$bobdir/nograph.ckpt" && grep -q "one CUDA graph" "$bobdir/graph.log" && same_modes=$((same_modes + 1))
+    diff <(grep "loss" "$bobdir/graph.log" | sed 's/;.*//') <(grep "loss" "$bobdir/nograph.log" | sed 's/;.*//') > /dev/null ||
+      same_modes=$((same_modes - 1))
+  done
+  note "bob: graph vs op by op, 30 updates" "$([[ $same_modes -eq $mode_cases ]] && echo PASS || echo FAIL)" \
+    "$same_modes/$mode_cases checkpoints and loss lines identical (plain, --overwrite-bug)"
   local dev
   for dev in cpu cuda; do
-    "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/$dev.ckpt" --fresh --device $dev > "$bobdir/$dev.log" 2>&1
+    timeout 30 "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/$dev.ckpt" --fresh --device $dev > "$bobdir/$dev.log" 2>&1
     for _ in 1 2; do
-      "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/$dev.ckpt" --resume --device $dev \
+      timeout 30 "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/$dev.ckpt" --resume --device $dev \
         --predictions "$bobdir/$dev.pred" >> "$bobdir/$dev.log" 2>&1
     done
   done
@@ -136,30 +166,34 @@ PY
   # a GPU checkpoint resumes on the CPU, and a CPU one on the GPU
   cp "$bobdir/cuda.ckpt" "$bobdir/x1.ckpt"
   cp "$bobdir/cpu.ckpt" "$bobdir/x2.ckpt"
-  "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/x1.ckpt" --resume --device cpu > /dev/null 2>&1
+  timeout 30 "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/x1.ckpt" --resume --device cpu > /dev/null 2>&1
   local r1=$?
-  "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/x2.ckpt" --resume --device cuda > /dev/null 2>&1
+  timeout 30 "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/x2.ckpt" --resume --device cuda > /dev/null 2>&1
   local r2=$?
   note "bob checkpoints cross devices" "$([[ $r1 -eq 0 && $r2 -eq 0 ]] && echo PASS || echo FAIL)" \
     "cuda->cpu exit $r1, cpu->cuda exit $r2"
   local t_start t_end
   t_start=$(date +%s%N)
   for _ in 1 2 3 4 5; do
-    "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/cuda.ckpt" --resume --device cuda > /dev/null 2>&1
+    timeout 30 "$bob" train --input "$bobdir/rec" --checkpoint "$bobdir/cuda.ckpt" --resume --device cuda > /dev/null 2>&1
   done
   t_end=$(date +%s%N)
   note "bob invocation (cuda, process)" INFO "$(( (t_end - t_start) / 5000000 )) ms per whole invocation (mean of 5)"
   rm -rf "$bobdir"
 
   # 3. benchmarks (not timed tests)
-  "$build/bench/cuda_bench" 1000 2>&1 | tee "$logs/bench.txt"
-  python3 bench/cuda_torch_baseline.py 1000 2>&1 | tee -a "$logs/bench.txt"
+  timeout 90 "$build/bench/cuda_bench" 1000 2>&1 | tee "$logs/bench.txt"
+  echo "| with TAPEGRAD_CUDA_CHAINED=0 (plain launches): | | |" | tee -a "$logs/bench.txt"
+  TAPEGRAD_CUDA_CHAINED=0 timeout 90 "$build/bench/cuda_bench" 1000 2>&1 | grep -E "bob update|in a graph" |
+    sed 's/^| /| (plain) /' | tee -a "$logs/bench.txt"
+  timeout 120 python3 bench/cuda_torch_baseline.py 1000 2>&1 | tee -a "$logs/bench.txt"
   note "benchmarks" INFO "see the table above ($logs/bench.txt)"
 
   # 4. memcheck over the GPU test suite, less the test whose 1 PiB cudaMalloc fails on purpose
   # (memcheck counts a failed API call as an error)
   t0=$SECONDS
-  compute-sanitizer --tool memcheck --error-exitcode 3 "$build/tests/cuda/test_cuda" --test-case-exclude='*device errors*' \
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$build/tests/cuda/test_cuda" \
+    --test-case-exclude='*device errors*' \
     > "$logs/memcheck.log" 2>&1
   rc=$?
   note "compute-sanitizer memcheck" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" \

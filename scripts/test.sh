@@ -16,6 +16,7 @@ run_suite() {  # run_suite DIR [meson setup options...]
   if [[ -d $dir ]]; then meson setup --reconfigure "$dir" "$@" > "$dir.setup.log" 2>&1
   else meson setup "$dir" "$@" > "$dir.setup.log" 2>&1; fi || { cat "$dir.setup.log"; failed=$((failed + 1)); return; }
   echo "== building $dir"
+  scripts/stale_cuda_objects.sh "$dir"
   ninja -C "$dir" -j "$jobs" > "$dir.ninja.log" 2>&1 || { tail -n 40 "$dir.ninja.log"; failed=$((failed + 1)); return; }
   echo "== testing $dir"
   meson test -C "$dir" --print-errorlogs --num-processes "$jobs" 2>&1 | tee "$dir.test.log" | grep -vE '^ *[0-9]+/[0-9]+ .* OK '

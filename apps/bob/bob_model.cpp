@@ -78,7 +78,8 @@ Model::Model(const io::BobRecord& record, Device device)
                              Shape{static_cast<int64_t>(io::bob_examples)}, device)),
       y_(Tensor::from_vector(std::vector<int32_t>(record.y.begin(), record.y.end()),
                              Shape{static_cast<int64_t>(io::bob_examples)}, device)),
-      adamw_({w_}, learner_config()) {}
+      adamw_({w_}, learner_config()),
+      graphs_(device.is_cuda()) {}
 
 void Model::load(const io::Checkpoint& checkpoint) {
   const size_t n = static_cast<size_t>(vocabulary * vocabulary);
@@ -113,7 +114,7 @@ Var Model::forward() {
   return ops::cross_entropy(logits, graph_.input(y_));  // (): mean over the 256 examples
 }
 
-Tensor Model::update(bool overwrite_bug, const std::string& dump_tape) {
+Tensor Model::forward_backward(bool overwrite_bug, const std::string& dump_tape) {
   graph_.zero_grad();
   Var loss = forward();
   tapegrad::BackwardRecord record;
@@ -132,8 +133,57 @@ Tensor Model::update(bool overwrite_bug, const std::string& dump_tape) {
     dump.row_names = {{"W", bytes}};
     tapegrad::write_tape_dump(dump_tape, graph_, &record, dump);
   }
-  adamw_.step();
   return loss.value();
+}
+
+Tensor Model::update(bool overwrite_bug, const std::string& dump_tape) {
+  Tensor loss = forward_backward(overwrite_bug, dump_tape);
+  adamw_.step();
+  return loss;
+}
+
+// Note [bob's updates as one graph]
+// On a GPU an update is a handful of small kernels (gather, cross-entropy, its mean, the backward's
+// seed, cross-entropy's backward, dW's zeros, the scatter, AdamW), each far shorter than launching
+// it from the host and recording its tape node. So updates() records the invocation's n updates
+// once, with tapegrad::capture(), and replays them as one CUDA graph: the host then does one launch
+// per invocation. What changes between replays is read from the device: AdamW's step scalars (its
+// write_schedule, filled before every replay for steps t+1 .. t+n). The tape, W, M, V, x and y keep
+// their addresses; the update's temporaries live in the graph's pool. The step count moves on the
+// host after the replay, as the n step() calls would have moved it.
+std::vector<Tensor> Model::updates(size_t n, bool overwrite_bug) {
+  if (!graphs_) {
+    std::vector<Tensor> losses;
+    for (size_t k = 0; k < n; ++k) losses.push_back(update(overwrite_bug));
+    return losses;
+  }
+  const uint64_t t = adamw_.step_count();
+  adamw_.write_schedule(t, n);
+  if (!captured_ || captured_n_ != n || captured_bug_ != overwrite_bug) {
+    captured_.reset();
+    captured_losses_.clear();
+    captured_ = tapegrad::capture(w_.value().device(), [&] {
+      for (size_t k = 0; k < n; ++k) {
+        captured_losses_.push_back(forward_backward(overwrite_bug, ""));
+        adamw_.scheduled_step(k);
+      }
+    });
+    captured_n_ = n;
+    captured_bug_ = overwrite_bug;
+  }
+  captured_->replay();
+  adamw_.set_step_count(t + n);
+  return captured_losses_;
+}
+
+void Model::set_graphs(bool on) {
+  if (on && !w_.value().device().is_cuda())
+    throw Error("[bob] CUDA graphs need a CUDA device; this model is on " + w_.value().device().str());
+  graphs_ = on;
+  if (!on) {
+    captured_.reset();
+    captured_losses_.clear();
+  }
 }
 
 Tensor Model::loss() {

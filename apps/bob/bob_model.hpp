@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -59,19 +60,39 @@ class Model {
   // With dump_tape, the update's tape (values, every gradient contribution, W's gradient) is
   // written there before AdamW changes W (apps/tape reads it).
   Tensor update(bool overwrite_bug = false, const std::string& dump_tape = "");
+  // n updates, an invocation's worth. With graphs on (the default on a CUDA device) the first call
+  // captures n updates as one CUDA graph and every call replays it, with AdamW's step scalars
+  // written to the device before each replay (Note [bob's updates as one graph]); otherwise it is
+  // update() n times. Either way the same bits. Returns each update's loss, shape () on the device;
+  // in graph mode the next call rewrites these tensors, so read them before calling again.
+  std::vector<Tensor> updates(size_t n, bool overwrite_bug = false);
+  // Graphs for updates(): on by default on CUDA devices; the CPU has none (turning them on throws).
+  void set_graphs(bool on);
+  bool graphs() const { return graphs_; }
+  // The captured graph's work items (kernels, copies, fills); 0 before the first graph replay.
+  size_t graph_nodes() const { return captured_ ? captured_->nodes() : 0; }
   // The loss at the current W, without recording a backward.
   Tensor loss();
 
   uint64_t step() const { return adamw_.step_count(); }
   tapegrad::Var table() const { return w_; }  // W, with its gradient after an update
+  std::pair<Tensor, Tensor> inputs() const { return {x_, y_}; }  // x, y: (256,) i32 on the model's device
 
  private:
   tapegrad::Var forward();  // records logits = W[x] and the mean cross-entropy; returns the loss
+  // zero_grad, forward, backward (and the tape dump when asked); returns the loss. No optimizer.
+  Tensor forward_backward(bool overwrite_bug, const std::string& dump_tape);
 
   tapegrad::Graph graph_;
   tapegrad::Var w_;   // (256, 256) f32: row b holds the next-byte logits after byte b
   Tensor x_, y_;      // (256,) i32: the input bytes and their targets
   tapegrad::optim::AdamW adamw_;
+
+  bool graphs_ = false;
+  std::unique_ptr<tapegrad::CapturedGraph> captured_;  // n updates, as updates() captured them
+  size_t captured_n_ = 0;
+  bool captured_bug_ = false;
+  std::vector<Tensor> captured_losses_;  // the losses the graph writes, one per update
 };
 
 // One field of a checkpoint envelope as a file lays it out: its name ("magic", "schema identity",

@@ -245,18 +245,25 @@ void train(const TrainOptions& options) {
 
   Model model(record, device);
   if (start) model.load(*start);
+  // A tape dump reads values in the middle of an update, which a replayed graph cannot.
+  if (model.graphs() && (options.no_graph || !options.dump_tape.empty())) model.set_graphs(false);
   const uint64_t first_step = model.step();
-  std::printf("bob train: %s, input %s, device %s%s\n",
+  std::printf("bob train: %s, input %s, device %s%s%s\n",
               start ? ("resuming " + options.checkpoint + " at step " + std::to_string(first_step)).c_str()
                     : "fresh start from bob-seed-v1 (step 0)",
               options.input.c_str(), device.str().c_str(),
+              device.is_cpu() ? "" : model.graphs() ? ", the updates as one CUDA graph" : ", op by op",
               options.overwrite_bug ? ", backward in the overwrite-bug mode" : "");
 
   const uint64_t host_fallbacks = tapegrad::host_fallback_count();
   const auto began = std::chrono::steady_clock::now();
   std::vector<Tensor> losses;
-  for (uint64_t k = 0; k < updates_per_invocation; ++k)
-    losses.push_back(model.update(options.overwrite_bug, k + 1 == updates_per_invocation ? options.dump_tape : ""));
+  if (options.dump_tape.empty()) {
+    losses = model.updates(updates_per_invocation, options.overwrite_bug);
+  } else {
+    for (uint64_t k = 0; k < updates_per_invocation; ++k)
+      losses.push_back(model.update(options.overwrite_bug, k + 1 == updates_per_invocation ? options.dump_tape : ""));
+  }
   const Tensor loss_after = model.loss();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   if (!device.is_cpu() && tapegrad::host_fallback_count() != host_fallbacks)
@@ -326,7 +333,8 @@ int verify_resume(const VerifyOptions& options) {
               device.str().c_str());
 
   Model model(record, device);
-  for (uint64_t k = 0; k < updates; ++k) model.update();
+  if (model.graphs() && options.no_graph) model.set_graphs(false);
+  for (uint64_t k = 0; k < options.invocations; ++k) model.updates(updates_per_invocation);
   const io::Checkpoint state = model.state();
   const std::string one_process = io::encode(io::bob_checkpoint_identity(), state.step, state.planes);
   std::printf("  one process: %llu updates, loss now %s\n", static_cast<unsigned long long>(updates),
@@ -335,9 +343,10 @@ int verify_resume(const VerifyOptions& options) {
   TemporaryFolder folder;
   const std::string checkpoint = folder / "resumed.ckpt", log = folder / "invocation.log";
   for (uint64_t k = 1; k <= options.invocations; ++k) {
-    const int status = run_self({"train", "--input", options.input, "--checkpoint", checkpoint,
-                                 k == 1 ? "--fresh" : "--resume", "--device", options.device},
-                                log);
+    std::vector<std::string> args = {"train", "--input", options.input, "--checkpoint", checkpoint,
+                                     k == 1 ? "--fresh" : "--resume", "--device", options.device};
+    if (options.no_graph) args.push_back("--no-graph");
+    const int status = run_self(args, log);
     if (status != 0) {
       std::printf("  invocation %llu exited with %d; its output:\n%s", static_cast<unsigned long long>(k), status,
                   io::read_file(log).c_str());

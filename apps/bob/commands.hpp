@@ -29,6 +29,7 @@ struct TrainOptions {
   std::string dump_tape;               // "" = none; else the last update's tape (apps/tape reads it)
   std::string predictions;             // "" = print them only
   std::string device = "cpu";
+  bool no_graph = false;               // on CUDA, launch op by op instead of replaying one CUDA graph
 };
 // One invocation: 10 updates from a fresh start or from the checkpoint, the checkpoint written
 // atomically, the predictions printed (and written when asked).
@@ -42,6 +43,7 @@ struct VerifyOptions {
   std::string input;
   uint64_t invocations = 3;
   std::string device = "cpu";
+  bool no_graph = false;  // passed to every invocation, and used for the one-process run
 };
 // Runs `invocations` invocations of `bob train`, each its own process, and the same number of
 // updates in this process; compares the two checkpoints byte for byte. Returns 0 if identical,

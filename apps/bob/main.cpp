@@ -3,9 +3,9 @@
 //   bob                                          the main job on the built-in corpus
 //   bob fixture [--corpus FILE] [--offset N] [--prompt TEXT]... --out REC
 //   bob train --input REC --checkpoint CKPT --fresh|--resume [--force] [--predictions FILE]
-//             [--overwrite-bug] [--device cpu]
+//             [--overwrite-bug] [--device cpu|cuda[:N]] [--no-graph] [--dump-tape FILE]
 //   bob inspect CKPT
-//   bob verify-resume --input REC [--invocations N] [--device cpu]
+//   bob verify-resume --input REC [--invocations N] [--device cpu|cuda[:N]] [--no-graph]
 //
 // Exit codes: 0 done; 2 bad input, a refused file or a device that cannot run it (nothing is
 // written); 1 an internal failure, or verify-resume found a difference.
@@ -40,7 +40,10 @@ int main(int argc, char** argv) {
   train_cmd->add_flag("--overwrite-bug", train.overwrite_bug,
                       "run the backward in the engine's overwrite-bug mode (repeated bytes overwrite their rows)");
   train_cmd->add_option("--device", train.device, "cpu (default) or cuda[:N]");
-  train_cmd->add_option("--dump-tape", train.dump_tape, "write the last update's tape here (see apps/tape)");
+  train_cmd->add_option("--dump-tape", train.dump_tape,
+                        "write the last update's tape here (see apps/tape); runs op by op on CUDA");
+  train_cmd->add_flag("--no-graph", train.no_graph,
+                      "on CUDA, launch every op of every update instead of replaying the 10 updates as one graph");
 
   std::string inspect_path;
   CLI::App* inspect_cmd = app.add_subcommand("inspect", "show a checkpoint's fields, planes and CRC, and bob's verdict");
@@ -52,6 +55,7 @@ int main(int argc, char** argv) {
   verify_cmd->add_option("--input", verify.input, "the input record")->required();
   verify_cmd->add_option("--invocations", verify.invocations, "how many invocations (default 3)");
   verify_cmd->add_option("--device", verify.device, "cpu (default) or cuda[:N]");
+  verify_cmd->add_flag("--no-graph", verify.no_graph, "on CUDA, run every invocation op by op (no CUDA graph)");
 
   try {
     app.parse(argc, argv);

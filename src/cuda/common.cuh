@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -92,7 +94,36 @@ __device__ inline void record_error(const ErrorSite& site, ErrorKind kind, int64
   atomicExch(&site.slot->lock, 0);
 }
 
+// ---- a fixed-order f32 sum (the reductions' arithmetic: the same bits on every run)
+
+constexpr int kSumSlots = 512;
+
+// sum(x (n,)) in double: slot s adds x[s], x[s + kSumSlots], ... in order, then a fixed tree halves
+// the slots. Called by every thread of one block (any size up to kSumSlots) with a shared array of
+// kSumSlots doubles; returns the sum to every thread. Loads bypass L1 (__ldcg), so a block may sum
+// values that other blocks wrote before a __threadfence().
+__device__ inline double fixed_order_sum(const float* x, int64_t n, double* slots) {
+  for (int s = threadIdx.x; s < kSumSlots; s += blockDim.x) {
+    double acc = 0.0;
+    for (int64_t i = s; i < n; i += kSumSlots) acc += __ldcg(x + i);
+    slots[s] = acc;
+  }
+  __syncthreads();
+  for (int half = kSumSlots / 2; half > 0; half /= 2) {
+    for (int s = threadIdx.x; s < half; s += blockDim.x) slots[s] += slots[s + half];
+    __syncthreads();
+  }
+  return slots[0];
+}
+
 // ---- the caching allocator (Note [caching allocator] in memory.cu)
+
+// The blocks a captured graph allocated (Note [graph pools] in memory.cu): reserved for it, so
+// that no tensor made outside the graph is handed a block its replays write.
+struct GraphPool {
+  std::unordered_map<size_t, std::vector<void*>> free;  // block size -> free blocks of the graph
+  size_t bytes = 0;                                     // every block made for it
+};
 
 class CachingAllocator {
  public:
@@ -103,14 +134,24 @@ class CachingAllocator {
   AllocatorStats stats();
   void reset_peak();
 
+  // While a capture runs, allocations come from (and frees of its blocks go back to) `pool`.
+  void begin_pool(GraphPool* pool);
+  void end_pool();
+  // The graph is gone: its free blocks join the common cache, and its blocks still held by
+  // tensors will when those are freed.
+  void retire_pool(GraphPool* pool) noexcept;
+
  private:
   static size_t block_size(size_t nbytes);
+  void* malloc_block(size_t block);  // cudaMalloc, emptying the cache and retrying once
   [[noreturn]] void out_of_memory(size_t block, cudaError_t status);
   void release_cached_locked();
 
   int device_;
   std::mutex mutex_;
   std::unordered_map<size_t, std::vector<void*>> free_;  // block size -> free blocks of that size
+  GraphPool* capturing_ = nullptr;                      // the pool of the capture now running
+  std::unordered_map<void*, GraphPool*> pool_of_;        // every block that belongs to a graph pool
   AllocatorStats stats_;
 };
 
@@ -125,8 +166,11 @@ struct DeviceContext {
   cublasHandle_t cublas = nullptr;      // made by the first f32 matmul (linalg.cu)
   ErrorSlot* error_slot = nullptr;      // device memory
   ErrorSlot* error_host = nullptr;      // pinned host copy, read after a sync
+  uint32_t* blocks_done = nullptr;      // device memory, 0 between launches: a fused reduction's
+                                        // last block finds itself with it (and puts it back to 0)
   uint64_t launches = 0;                // launches that may record an error, ever
   bool errors_possible = false;         // one ran since the last check
+  bool capturing = false;               // a capture() is recording this device's stream
 
   // An ErrorSite for a launch of `op` that may record an error; marks the context to be checked.
   ErrorSite error_site(const char* op, int64_t dim0, int64_t dim1) {
@@ -140,6 +184,9 @@ struct DeviceContext {
 DeviceContext& context(int index);
 inline DeviceContext& context(const Tensor& t) { return context(t.device().index); }
 inline cudaStream_t stream_for(const Tensor& t) { return context(t).stream; }
+
+// capture.cu: tapegrad::capture() on a CUDA device.
+std::unique_ptr<CapturedGraph> capture_graph(DeviceContext& ctx, const std::function<void()>& body);
 
 // ---- dtype dispatch: f.template operator()<T>() for the dtypes a kernel family supports
 
@@ -168,6 +215,36 @@ const T* cdata(const Tensor& t) {
 template <class T>
 T* mdata(const Tensor& t) {
   return static_cast<T*>(t.raw_data());
+}
+
+// ---- chained launches (Note [chained launches] in memory.cu)
+
+// The first statement of a kernel launched with launch_chained: waits until the kernel before it
+// on the stream has finished and its writes are visible, then lets the kernel after it start
+// launching (it will wait the same way). A no-op when the kernel was launched plainly.
+__device__ inline void chain_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+bool chained_launches();  // false when TAPEGRAD_CUDA_CHAINED=0 (then every launch is plain)
+
+// kernel<<<grid, block, 0, stream>>>(args...), allowed to begin launching while the kernel before
+// it finishes (programmatic dependent launch). The kernel must begin with chain_start().
+template <class... Params, class... Args>
+void launch_chained(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = chained_launches() ? 1 : 0;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  TG_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
 }
 
 // ---- launch sizes: grid-stride loops over n items, at most a few waves of blocks

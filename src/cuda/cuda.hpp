@@ -28,6 +28,7 @@ struct AllocatorStats {
   uint64_t cuda_malloc_count = 0;  // cudaMalloc calls so far: flat across the steps of a training loop
   uint64_t cuda_free_count = 0;
   uint64_t allocations = 0;        // blocks handed out, cache hits included
+  size_t graph_pool_bytes = 0;     // blocks reserved by live captured graphs (in use or not)
 };
 AllocatorStats allocator_stats(int device = 0);
 void reset_peak_bytes(int device = 0);

@@ -35,14 +35,18 @@ void mean_all(const Tensor& x, Tensor& out);
 // rows.cu
 void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out);
 void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite);
+void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite);
 void softmax_rows(const Tensor& x, Tensor& y);
 void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses);
+void cross_entropy_reduced(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses, Tensor& out,
+                           bool mean);
 void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dloss, double divisor,
                             Tensor& dlogits);
 
 // optim.cu
 void sgd_step(Tensor& param, const Tensor& grad, double lr);
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s);
+void adamw_step_many(const std::vector<kernels::AdamWSlot>& slots, const AdamWScalars& s);
 
 }  // namespace tapegrad::cuda

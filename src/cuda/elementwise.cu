@@ -16,6 +16,7 @@ namespace tapegrad::cuda {
 // out (n,) = value
 template <class T>
 __global__ void fill_kernel(T* out, T value, int64_t n) {
+  chain_start();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     out[i] = value;
 }
@@ -95,7 +96,7 @@ void fill(Tensor& out, double value) {
   const int64_t n = out.numel();
   if (n == 0) return;
   dispatch_float("fill", out.dtype(), [&]<class T>() {
-    fill_kernel<<<blocks_for(n), kBlock, 0, stream_for(out)>>>(mdata<T>(out), static_cast<T>(value), n);
+    launch_chained(fill_kernel<T>, blocks_for(n), kBlock, stream_for(out), mdata<T>(out), static_cast<T>(value), n);
     TG_CUDA_CHECK_LAUNCH();
   });
 }

@@ -84,20 +84,11 @@ __global__ void sum_all_f64_kernel(const double* x, double* out, int64_t n, doub
   out[0] = acc.result() / divisor;
 }
 
-// out () = sum(x (n,)) / divisor, f32: one block of kSumThreads; thread t sums x[t], x[t + T], ...
-// in double, then a fixed tree halves the partial sums. The same bits on every run.
-constexpr int kSumThreads = 512;
+// out () = sum(x (n,)) / divisor, f32: one block of kSumSlots threads, fixed_order_sum's order.
 __global__ void sum_all_f32_kernel(const float* x, float* out, int64_t n, float divisor) {
-  __shared__ double partial[kSumThreads];
-  double acc = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += kSumThreads) acc += x[i];
-  partial[threadIdx.x] = acc;
-  __syncthreads();
-  for (int half = kSumThreads / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[0] = static_cast<float>(partial[0]) / divisor;
+  __shared__ double slots[kSumSlots];
+  const double total = fixed_order_sum(x, n, slots);
+  if (threadIdx.x == 0) out[0] = static_cast<float>(total) / divisor;
 }
 
 // ----------------------------------------------------------------------------
@@ -185,7 +176,7 @@ void sum_all_divided(const char* op, const Tensor& x, Tensor& out, double diviso
       sum_all_f64_kernel<<<1, 1, 0, ctx.stream>>>(cdata<double>(x), mdata<double>(out), n, divisor,
                                                    ctx.error_site(op, 0, 0));
     } else {
-      sum_all_f32_kernel<<<1, kSumThreads, 0, ctx.stream>>>(cdata<float>(x), mdata<float>(out), n,
+      sum_all_f32_kernel<<<1, kSumSlots, 0, ctx.stream>>>(cdata<float>(x), mdata<float>(out), n,
                                                            static_cast<float>(divisor));
     }
     TG_CUDA_CHECK_LAUNCH();

@@ -8,6 +8,7 @@
 // torn down: tensors may still be freed during static destruction, after the CUDA runtime would be.
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cuda/common.cuh"
 
@@ -22,6 +23,27 @@ namespace tapegrad::cuda {
 // queued after them on the same stream. When cudaMalloc fails, the cache is given back to the
 // driver and the call retried once; a second failure is a DeviceError saying what was asked and
 // what is free.
+//
+// Note [graph pools]
+// A captured graph replays its kernels on the addresses it was captured with, so the blocks that
+// its tensors used must not go to anyone else while the graph lives, even after those tensors are
+// freed. During a capture the allocator serves every allocation from the capture's own pool
+// (reusing the pool's freed blocks within the capture is safe: the graph replays in the order it
+// was recorded, one stream); pool_of_ remembers which blocks belong to a pool, so a block freed
+// later, between replays, goes back to its pool and not to the common cache. When the graph is
+// destroyed its pool is retired: free blocks join the common cache, and blocks that live tensors
+// still hold (a loss the body returned) join it when they are freed. Same-stream ordering again
+// makes that safe: anything allocated later is queued after the last replay.
+//
+// Note [chained launches]
+// In a replayed graph of small kernels, much of each kernel's time is its launch: the blocks are
+// scheduled only after the kernel before it has drained. Hopper can overlap the two (programmatic
+// dependent launch): a kernel launched with launch_chained may be scheduled early, and its first
+// statement, chain_start(), waits until the previous kernel has finished and its memory is
+// visible, so it reads nothing early and writes nothing early. The kernels of a training step's
+// path (gather, cross-entropy and its backward, the scatter, fill, AdamW) are launched that way;
+// a kernel launched plainly is ordered as usual. TAPEGRAD_CUDA_CHAINED=0 turns it off (every
+// launch plain), to compare or to rule it out.
 //
 // Note [kernel errors]
 // A kernel cannot throw. Kernels that index memory with user data (gather, its backward,
@@ -65,25 +87,44 @@ size_t CachingAllocator::block_size(size_t nbytes) {
   return (nbytes + kMiB - 1) / kMiB * kMiB;
 }
 
+void* CachingAllocator::malloc_block(size_t block) {
+  void* ptr = nullptr;
+  cudaError_t status = cudaMalloc(&ptr, block);
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    release_cached_locked();
+    status = cudaMalloc(&ptr, block);
+  }
+  if (status == cudaErrorMemoryAllocation) out_of_memory(block, status);
+  TG_CUDA_CHECK(status);
+  ++stats_.cuda_malloc_count;
+  return ptr;
+}
+
 void* CachingAllocator::allocate(size_t nbytes) {
   const size_t block = block_size(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
   void* ptr = nullptr;
-  auto it = free_.find(block);
-  if (it != free_.end() && !it->second.empty()) {
-    ptr = it->second.back();
-    it->second.pop_back();
-    stats_.bytes_cached -= block;
-  } else {
-    cudaError_t status = cudaMalloc(&ptr, block);
-    if (status == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      release_cached_locked();
-      status = cudaMalloc(&ptr, block);
+  if (capturing_) {  // a graph's block: from its own pool, or a new one that joins it
+    auto& list = capturing_->free[block];
+    if (!list.empty()) {
+      ptr = list.back();
+      list.pop_back();
+    } else {
+      ptr = malloc_block(block);
+      pool_of_[ptr] = capturing_;
+      capturing_->bytes += block;
+      stats_.graph_pool_bytes += block;
     }
-    if (status == cudaErrorMemoryAllocation) out_of_memory(block, status);
-    TG_CUDA_CHECK(status);
-    ++stats_.cuda_malloc_count;
+  } else {
+    auto it = free_.find(block);
+    if (it != free_.end() && !it->second.empty()) {
+      ptr = it->second.back();
+      it->second.pop_back();
+      stats_.bytes_cached -= block;
+    } else {
+      ptr = malloc_block(block);
+    }
   }
   ++stats_.allocations;
   stats_.bytes_in_use += block;
@@ -94,9 +135,42 @@ void* CachingAllocator::allocate(size_t nbytes) {
 void CachingAllocator::deallocate(void* ptr, size_t nbytes) noexcept {
   const size_t block = block_size(nbytes);
   std::lock_guard<std::mutex> lock(mutex_);
-  free_[block].push_back(ptr);
   stats_.bytes_in_use -= block;
+  if (!pool_of_.empty()) {
+    const auto it = pool_of_.find(ptr);
+    if (it != pool_of_.end()) {
+      it->second->free[block].push_back(ptr);
+      return;
+    }
+  }
+  free_[block].push_back(ptr);
   stats_.bytes_cached += block;
+}
+
+void CachingAllocator::begin_pool(GraphPool* pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  capturing_ = pool;
+}
+
+void CachingAllocator::end_pool() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  capturing_ = nullptr;
+}
+
+void CachingAllocator::retire_pool(GraphPool* pool) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (capturing_ == pool) capturing_ = nullptr;
+  for (auto it = pool_of_.begin(); it != pool_of_.end();) {
+    if (it->second == pool) it = pool_of_.erase(it);
+    else ++it;
+  }
+  for (auto& [block, list] : pool->free) {
+    for (void* p : list) free_[block].push_back(p);
+    stats_.bytes_cached += block * list.size();
+    list.clear();
+  }
+  stats_.graph_pool_bytes -= pool->bytes;
+  pool->bytes = 0;
 }
 
 void CachingAllocator::release_cached_locked() {
@@ -165,6 +239,8 @@ DeviceContext::DeviceContext(int i) : index(i), allocator(i) {
   error_slot = static_cast<ErrorSlot*>(allocator.allocate(sizeof(ErrorSlot)));
   TG_CUDA_CHECK(cudaMemsetAsync(error_slot, 0, sizeof(ErrorSlot), stream));
   TG_CUDA_CHECK(cudaMallocHost(&error_host, sizeof(ErrorSlot)));
+  blocks_done = static_cast<uint32_t*>(allocator.allocate(sizeof(uint32_t)));
+  TG_CUDA_CHECK(cudaMemsetAsync(blocks_done, 0, sizeof(uint32_t), stream));
 }
 
 DeviceContext& context(int index) {
@@ -223,6 +299,10 @@ std::string kernel_error_message(const ErrorSlot& e, int device) {
 
 // Waits for the stream (the caller has queued what it needs before) and throws the recorded error.
 void finish_and_check(DeviceContext& ctx) {
+  if (ctx.capturing)
+    throw Error("[capture] the captured body waits for cuda:" + std::to_string(ctx.index) +
+                " (a copy to the host, item() or synchronize()), which a graph cannot replay; read values after "
+                "replay() instead");
   const bool check = ctx.errors_possible;
   if (check) {
     TG_CUDA_CHECK(cudaMemcpyAsync(ctx.error_host, ctx.error_slot, sizeof(ErrorSlot), cudaMemcpyDeviceToHost, ctx.stream));
@@ -282,6 +362,10 @@ struct CudaBackend final : DeviceBackend {
   }
 
   void synchronize(int device) override { finish_and_check(context(device)); }
+
+  std::unique_ptr<CapturedGraph> capture(int device, const std::function<void()>& body) override {
+    return capture_graph(context(device), body);
+  }
 };
 
 // Registered at static initialization and never destroyed, like the contexts: a tensor freed
@@ -291,6 +375,14 @@ struct Registrar {
 } g_registrar;
 
 }  // namespace
+
+bool chained_launches() {
+  static const bool on = [] {
+    const char* env = std::getenv("TAPEGRAD_CUDA_CHAINED");
+    return !(env && std::string(env) == "0");
+  }();
+  return on;
+}
 
 // ---- the public API of cuda.hpp
 

@@ -1,4 +1,5 @@
-// CUDA optimizer updates, in place: SGD and the AdamW of spec/bob.md.
+// CUDA optimizer updates, in place: SGD and the AdamW of spec/bob.md (one launch for up to 16
+// parameters).
 //
 // Rule: per element, the CPU kernel's arithmetic in its order (src/ops/cpu/elementwise.cpp),
 // rounded after every operation (--fmad=false), with the scalars the CPU derives computed the
@@ -18,13 +19,41 @@ __global__ void sgd_kernel(T* param, const T* grad, T lr, int64_t n) {
     param[i] = param[i] - lr * grad[i];
 }
 
-// w, m, v (n,) updated from g (n,), fp32, left to right as spec/bob.md writes it:
+// Up to kAdamWGroup parameters updated by one launch ("multi-tensor apply"): parameter k gets the
+// blocks [first_block[k], first_block[k + 1]) and strides over its elements with them.
+constexpr int kAdamWGroup = 16;
+struct AdamWGroup {
+  float* w[kAdamWGroup];
+  const float* g[kAdamWGroup];
+  float* m[kAdamWGroup];
+  float* v[kAdamWGroup];
+  int64_t n[kAdamWGroup];
+  unsigned first_block[kAdamWGroup + 1];
+  int count;
+};
+
+// For each parameter of the group, w, m, v (n,) updated from g (n,), fp32, left to right as
+// spec/bob.md writes it:
 //   w = w * (1 - lr*wd);  m = b1*m + (1 - b1)*g;  v = b2*v + (1 - b2)*g*g
 //   w = w - step_size * (m / (sqrt(v) / bc2_sqrt + eps))
-__global__ void adamw_kernel(float* w, const float* g, float* m, float* v, int64_t n, float decay, float beta1,
-                             float one_minus_b1, float beta2, float one_minus_b2, float step_size, float bc2_sqrt,
-                             float eps) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+// step_scalars, when not null, holds (step_size, bc2_sqrt) in device memory (a captured graph's update).
+__global__ void adamw_kernel(AdamWGroup group, float decay, float beta1, float one_minus_b1, float beta2,
+                             float one_minus_b2, float step_size, float bc2_sqrt, float eps,
+                             const float* step_scalars) {
+  chain_start();
+  if (step_scalars) {
+    step_size = step_scalars[0];
+    bc2_sqrt = step_scalars[1];
+  }
+  int k = 0;
+  while (k + 1 < group.count && blockIdx.x >= group.first_block[k + 1]) ++k;
+  float* w = group.w[k];
+  const float* g = group.g[k];
+  float* m = group.m[k];
+  float* v = group.v[k];
+  const int64_t n = group.n[k];
+  const int64_t stride = int64_t{group.first_block[k + 1] - group.first_block[k]} * blockDim.x;
+  for (int64_t i = (blockIdx.x - group.first_block[k]) * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
     float wi = w[i] * decay;
     const float mi = beta1 * m[i] + one_minus_b1 * g[i];
     const float vi = beta2 * v[i] + one_minus_b2 * g[i] * g[i];
@@ -47,17 +76,36 @@ void sgd_step(Tensor& param, const Tensor& grad, double lr) {
   });
 }
 
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s) {
-  if (param.dtype() != DType::f32)
-    throw Error(std::string("[adamw] no CUDA kernel for ") + dtype_name(param.dtype()) + " (f32 only)");
-  const int64_t n = param.numel();
-  if (n == 0) return;
+void adamw_step_many(const std::vector<kernels::AdamWSlot>& slots, const AdamWScalars& s) {
   const float decay = 1.0f - s.lr * s.weight_decay;  // as the CPU computes them: fp32, one rounding each
   const float one_minus_b1 = 1.0f - s.beta1, one_minus_b2 = 1.0f - s.beta2;
-  adamw_kernel<<<blocks_for(n), kBlock, 0, stream_for(param)>>>(
-      mdata<float>(param), cdata<float>(grad), mdata<float>(m), mdata<float>(v), n, decay, s.beta1, one_minus_b1,
-      s.beta2, one_minus_b2, s.step_size, s.bc2_sqrt, s.eps);
-  TG_CUDA_CHECK_LAUNCH();
+  AdamWGroup group{};
+  auto launch = [&] {
+    if (group.count == 0) return;
+    launch_chained(adamw_kernel, group.first_block[group.count], kBlock, stream_for(*slots[0].param), group, decay,
+                   s.beta1, one_minus_b1, s.beta2, one_minus_b2, s.step_size, s.bc2_sqrt, s.eps, s.device_step_scalars);
+    TG_CUDA_CHECK_LAUNCH();
+    group = AdamWGroup{};
+  };
+  for (const kernels::AdamWSlot& slot : slots) {
+    if (slot.param->dtype() != DType::f32)
+      throw Error(std::string("[adamw] no CUDA kernel for ") + dtype_name(slot.param->dtype()) + " (f32 only)");
+    const int64_t n = slot.param->numel();
+    if (n == 0) continue;
+    const int k = group.count++;
+    group.w[k] = mdata<float>(*slot.param);
+    group.g[k] = cdata<float>(*slot.grad);
+    group.m[k] = mdata<float>(*slot.m);
+    group.v[k] = mdata<float>(*slot.v);
+    group.n[k] = n;
+    group.first_block[k + 1] = group.first_block[k] + blocks_for(n);
+    if (group.count == kAdamWGroup) launch();
+  }
+  launch();
+}
+
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s) {
+  cuda::adamw_step_many({{&param, &grad, &m, &v}}, s);  // qualified: no lookup into kernels::
 }
 
 }  // namespace tapegrad::cuda

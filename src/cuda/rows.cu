@@ -6,9 +6,14 @@
 // - f64 rows: one thread per row, the CPU's arithmetic exactly (cr_exp, ExactSum, cr_log), so
 //   probabilities and losses equal the CPU's bit for bit.
 // - f32 rows: one warp per row; each lane accumulates its columns in double in order, then a
-//   fixed butterfly adds the lanes: deterministic, and off from the CPU only through expf.
-// - The gather's backward runs one thread per column, walking the ids in order: no atomics, the
-//   CPU's order of additions, so the CPU's bits; a repeated id accumulates (overwrite: last wins).
+//   fixed butterfly adds the lanes: deterministic, and off from the CPU only through expf (and,
+//   in the f32 loss, CUDA's double log, within an ulp of the CPU's before the rounding to f32;
+//   the loss feeds no gradient).
+// - The gather's backward adds each destination row's contributions in increasing position, the
+//   CPU's order, so the CPU's bits, with no atomics; a repeated id accumulates (overwrite: the last
+//   wins). Up to 1024 ids, each block ranks the ids in shared memory and a warp walks one run of
+//   equal ids for 32 columns (Note [ranked scatter]); beyond that, one thread per column walks all
+//   the ids.
 // - An id or target out of range is recorded (Note [kernel errors] in memory.cu) and its access
 //   skipped; the host reports it at the next synchronization.
 #include "cuda/common.cuh"
@@ -37,6 +42,7 @@ __device__ inline float warp_max(float v) {
 template <class E, class I>
 __global__ void gather_kernel(const E* table, const I* ids, E* out, int64_t b, int64_t d, int64_t rows,
                               ErrorSite site) {
+  chain_start();
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < b * d; e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = e / d, col = e % d;
     const int64_t r = static_cast<int64_t>(ids[i]);
@@ -65,6 +71,114 @@ __global__ void scatter_kernel(T* dst, const I* ids, const T* rows, int64_t b, i
   }
 }
 
+// Note [ranked scatter]
+// A scatter that walks all B ids for every column is B dependent loads long: 256 ids cost about
+// 50 us on an H200, most of a bob update. Sorting the positions by (id, position) puts each
+// destination row's contributions in a run, in the order the CPU adds them; runs are independent,
+// so a warp per (run, 32 columns) adds them in parallel and the sum is still the CPU's, bit for
+// bit. B is small here (a batch), so each block sorts the ids itself, in shared memory, with no
+// global workspace and no second launch (so the kernel can be captured in a graph):
+// - the key of position i is id_i * 1024 + i in 32 bits (ids below 2^21, B <= 1024), so keys are
+//   distinct and position i's rank is #{j : key_j < key_i}: B compares a thread, four keys a
+//   shared-memory load;
+// - a run starts where the sorted ids change; the warp that takes it finds its end 32 ranks at a
+//   time (a ballot);
+// - the time is the longest run's (a common byte: 51 of bob's 256): its warp loads 64 rows (32 in
+//   f64) before adding them in order, so it waits for memory once per 64 rows, not once per row;
+// - into a fresh gradient (the engine's first contribution, tables up to 4096 rows) the blocks
+//   also write zeros to the rows no id points at, so no memset runs before the kernel.
+// Larger batches or tables take the column-serial kernel above.
+constexpr int kRankedScatterMax = 1024;                   // positions sorted in shared memory, at most
+constexpr int64_t kRankedScatterRows = int64_t{1} << 21;  // table rows, at most (keys fit 32 bits)
+constexpr int64_t kFreshScatterRows = 4096;               // table rows of a fresh gradient, at most
+constexpr int kRankedScatterCols = 32;                    // the columns of one warp: its lanes
+template <class T>
+constexpr int kRunChunk = 256 / sizeof(T);                // a run's rows loaded together, then added in order
+
+// dst (V, d)[ids[i]] += rows (B, d)[i], B <= kRankedScatterMax, V <= kRankedScatterRows, each row's
+// contributions in increasing i (overwrite: the last i wins). With `fresh` (V <= kFreshScatterRows),
+// dst holds garbage: the rows no id points at are written as zeros, the others start from zero.
+// Blocks: x over 32-column tiles, y over the runs (and the zero rows).
+template <class T, class I>
+__global__ void scatter_ranked_kernel(T* dst, const I* ids, const T* rows, int b, int64_t d, int64_t nrows,
+                                      bool overwrite, bool fresh, ErrorSite site) {
+  __shared__ __align__(16) uint32_t key[kRankedScatterMax];  // id * 1024 + position; a bad id as nrows
+  __shared__ int order[kRankedScatterMax];                   // order[rank] = position
+  __shared__ int row_of[kRankedScatterMax];                  // row_of[rank] = its id (nrows for a bad one)
+  __shared__ unsigned char has_run[kFreshScatterRows];       // fresh: 1 at the rows some id points at
+  chain_start();
+  const int b4 = (b + 3) / 4;  // keys in fours; the padding (all ones) is below no key
+  if (fresh)
+    for (int64_t r = threadIdx.x; r < nrows; r += blockDim.x) has_run[r] = 0;
+  for (int i = b + static_cast<int>(threadIdx.x); i < 4 * b4; i += blockDim.x) key[i] = 0xffffffffu;
+  __syncthreads();
+  for (int i = threadIdx.x; i < b; i += blockDim.x) {
+    const int64_t r = static_cast<int64_t>(ids[i]);
+    const bool ok = r >= 0 && r < nrows;
+    if (!ok && blockIdx.x == 0 && blockIdx.y == 0) record_error(site, ErrorKind::index_out_of_range, i, r);
+    key[i] = static_cast<uint32_t>((ok ? r : nrows) * kRankedScatterMax + i);
+    if (fresh && ok) has_run[r] = 1;
+  }
+  __syncthreads();
+  // `share` neighbouring lanes rank one position, each counting a slice of the keys; shuffles add
+  // the counts. Every thread makes the same trips, so the shuffles have all their lanes.
+  int share = 1;
+  while (share < kWarp && share * 2 * b <= static_cast<int>(blockDim.x)) share *= 2;
+  const uint4* key4 = reinterpret_cast<const uint4*>(key);
+  for (int base = 0; base < b; base += blockDim.x / share) {
+    const int i = base + threadIdx.x / share;
+    const uint32_t k = i < b ? key[i] : 0;
+    int rank = 0;
+    if (i < b) {
+      for (int j = threadIdx.x % share; j < b4; j += share) {
+        const uint4 q = key4[j];
+        rank += (q.x < k) + (q.y < k) + (q.z < k) + (q.w < k);
+      }
+    }
+    for (int offset = share / 2; offset > 0; offset /= 2) rank += __shfl_xor_sync(0xffffffffu, rank, offset, share);
+    if (i < b && threadIdx.x % share == 0) {
+      order[rank] = i;
+      row_of[rank] = static_cast<int>(k / kRankedScatterMax);
+    }
+  }
+  __syncthreads();
+  const int warps = blockDim.x / kWarp, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t col = blockIdx.x * int64_t{kRankedScatterCols} + lane;
+  if (fresh && col < d)  // the rows without a run: zeros (the rows with one are written below)
+    for (int64_t r = blockIdx.y * int64_t{warps} + warp; r < nrows; r += int64_t{gridDim.y} * warps)
+      if (!has_run[r]) dst[r * d + col] = T(0);
+  // Warp w of the blocks in y takes the ranks w, w + W, ... and walks the runs that start there.
+  for (int start = blockIdx.y * warps + warp; start < b; start += gridDim.y * warps) {
+    const int r = row_of[start];
+    if (r == nrows || (start > 0 && row_of[start - 1] == r)) continue;  // a bad id, or not a run's start
+    int end = start + 1;  // the run's end: the lanes look 32 ranks ahead at a time
+    for (;;) {
+      const bool same = end + lane < b && row_of[end + lane] == r;
+      const unsigned differ = __ballot_sync(0xffffffffu, !same);
+      if (differ) {
+        end += __ffs(differ) - 1;
+        break;
+      }
+      end += kWarp;
+    }
+    // Lanes past the last column load the last column's values and store nothing: the whole warp
+    // stays in the loop, as __syncwarp needs.
+    const int64_t c = col < d ? col : d - 1;
+    T* o = dst + int64_t{r} * d + c;
+    T acc = fresh ? T(0) : *o;
+    for (int p = start; p < end; p += kRunChunk<T>) {  // a chunk's loads in flight together, then its adds in order
+      T x[kRunChunk<T>];
+#pragma unroll
+      for (int u = 0; u < kRunChunk<T>; ++u) x[u] = rows[int64_t{order[min(p + u, end - 1)]} * d + c];
+      __syncwarp();  // keeps the compiler from moving each load down to its add: all are in flight at once
+#pragma unroll
+      for (int u = 0; u < kRunChunk<T>; ++u)
+        if (p + u < end) acc = overwrite ? x[u] : acc + x[u];
+    }
+    if (col < d) *o = acc;
+  }
+}
+
 // One f64 row of m values: y = exp(x - max) / fsum(exp(x - max)). Returns false when the sum ran
 // out of partials.
 __device__ inline bool softmax_row_f64(const double* x, double* y, int64_t m) {
@@ -81,9 +195,41 @@ __device__ inline bool softmax_row_f64(const double* x, double* y, int64_t m) {
 }
 
 // One f32 row of m values, by the lanes of a warp; returns (max, sum of exponentials in double).
+// Rows of up to kWarp * kRowCache values are read once into registers (one trip to memory instead
+// of three); longer rows are read again at each pass. Both give the same bits.
+constexpr int kRowCache = 16;
 __device__ inline void softmax_row_f32(const float* x, float* y, int64_t m, float* top_out, double* total_out) {
   const int lane = threadIdx.x % kWarp;
   float top = x[0];
+  if (m <= kWarp * kRowCache) {
+    float cached[kRowCache];
+#pragma unroll
+    for (int k = 0; k < kRowCache; ++k) {
+      const int64_t j = lane + int64_t{k} * kWarp;
+      cached[k] = j < m ? x[j] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kRowCache; ++k)
+      if (lane + int64_t{k} * kWarp < m) top = cached[k] > top ? cached[k] : top;
+    top = warp_max(top);
+    double part = 0.0;
+#pragma unroll
+    for (int k = 0; k < kRowCache; ++k) {
+      if (lane + int64_t{k} * kWarp < m) {
+        cached[k] = expf(cached[k] - top);
+        part += cached[k];
+      }
+    }
+    const double total = warp_sum(part);
+#pragma unroll
+    for (int k = 0; k < kRowCache; ++k) {
+      const int64_t j = lane + int64_t{k} * kWarp;
+      if (j < m) y[j] = static_cast<float>(cached[k] / total);
+    }
+    *top_out = top;
+    *total_out = total;
+    return;
+  }
   for (int64_t j = lane; j < m; j += kWarp) top = x[j] > top ? x[j] : top;
   top = warp_max(top);
   double part = 0.0;
@@ -159,24 +305,44 @@ __global__ void cross_entropy_f64_kernel(const double* logits, const I* targets,
 }
 
 // probs (B, V) = softmax(logits), losses (B,) = log(sum exp(z - max)) + max - z[t_i], f32: one warp per row.
+// With `reduced` set, also reduced () = sum(losses) / divisor in sum_all's order (fixed_order_sum),
+// by the block that finishes last (blocks_done counts them, and that block puts it back to 0).
 template <class I>
 __global__ void cross_entropy_f32_kernel(const float* logits, const I* targets, float* probs, float* losses, int64_t b,
-                                         int64_t v, ErrorSite site) {
+                                         int64_t v, ErrorSite site, float* reduced, float divisor,
+                                         uint32_t* blocks_done) {
+  chain_start();
   const int64_t warps = int64_t{gridDim.x} * blockDim.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   for (int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarp; i < b; i += warps) {
+    // The target's logit is loaded first, so its trip to memory overlaps the row's.
+    const int64_t t = lane == 0 ? static_cast<int64_t>(targets[i]) : 0;
+    const float target_logit = lane == 0 && t >= 0 && t < v ? logits[i * v + t] : 0.0f;
     float top;
     double total;
     softmax_row_f32(logits + i * v, probs + i * v, v, &top, &total);
     if (lane == 0) {
-      const int64_t t = static_cast<int64_t>(targets[i]);
       if (t >= 0 && t < v) {
-        losses[i] = static_cast<float>(cr_log(total) + top - static_cast<double>(logits[i * v + t]));
+        losses[i] = static_cast<float>(log(total) + top - static_cast<double>(target_logit));
       } else {
         record_error(site, ErrorKind::target_out_of_range, i, t);
         losses[i] = NAN;
       }
     }
+  }
+  if (!reduced) return;
+  __shared__ bool last;
+  __threadfence();  // this thread's losses are visible to every block before the count says so
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(blocks_done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  __shared__ double slots[kSumSlots];
+  const double total = fixed_order_sum(losses, b, slots);
+  if (threadIdx.x == 0) {
+    reduced[0] = static_cast<float>(total) / divisor;
+    *blocks_done = 0;
   }
 }
 
@@ -184,6 +350,7 @@ __global__ void cross_entropy_f32_kernel(const float* logits, const I* targets, 
 template <class T, class I>
 __global__ void cross_entropy_backward_kernel(const T* probs, const I* targets, const T* dloss, bool per_row, T divisor,
                                               T* dlogits, int64_t b, int64_t v) {
+  chain_start();
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < b * v; e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = e / v, j = e % v;
     const T g = per_row ? dloss[i] : dloss[0];
@@ -209,8 +376,8 @@ void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out) {
   const ErrorSite site = ctx.error_site("gather", rows, d);
   dispatch_index("gather", ids.dtype(), [&]<class I>() {
     auto launch = [&]<class E>() {
-      gather_kernel<<<blocks_for(b * d), kBlock, 0, ctx.stream>>>(cdata<E>(table), cdata<I>(ids), mdata<E>(out), b, d,
-                                                                 rows, site);
+      launch_chained(gather_kernel<E, I>, blocks_for(b * d), kBlock, ctx.stream, cdata<E>(table), cdata<I>(ids),
+                     mdata<E>(out), b, d, rows, site);
       TG_CUDA_CHECK_LAUNCH();
     };
     switch (dtype_size(table.dtype())) {  // rows are copied as raw elements, whatever their dtype
@@ -228,9 +395,34 @@ void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overw
   DeviceContext& ctx = context(dst);
   dispatch_float("gather_backward", dst.dtype(), [&]<class T>() {
     dispatch_index("gather_backward", ids.dtype(), [&]<class I>() {
-      scatter_kernel<<<blocks_for(d, 128), 128, 0, ctx.stream>>>(mdata<T>(dst), cdata<I>(ids), cdata<T>(rows), b, d,
-                                                                nrows, overwrite,
-                                                                ctx.error_site("gather_backward", nrows, d));
+      const ErrorSite site = ctx.error_site("gather_backward", nrows, d);
+      if (b <= kRankedScatterMax && nrows < kRankedScatterRows) {
+        const dim3 grid(static_cast<unsigned>((d + kRankedScatterCols - 1) / kRankedScatterCols), 4);
+        launch_chained(scatter_ranked_kernel<T, I>, grid, kBlock, ctx.stream, mdata<T>(dst), cdata<I>(ids),
+                       cdata<T>(rows), static_cast<int>(b), d, nrows, overwrite, false, site);
+      } else {
+        scatter_kernel<<<blocks_for(d, 128), 128, 0, ctx.stream>>>(mdata<T>(dst), cdata<I>(ids), cdata<T>(rows), b, d,
+                                                                  nrows, overwrite, site);
+      }
+      TG_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite) {
+  const int64_t nrows = dst.dim(0), d = dst.dim(1), b = ids.numel();
+  if (b == 0 || b > kRankedScatterMax || nrows > kFreshScatterRows || d == 0) {
+    dst.zero_();
+    scatter_rows(dst, ids, rows, overwrite);
+    return;
+  }
+  DeviceContext& ctx = context(dst);
+  dispatch_float("gather_backward", dst.dtype(), [&]<class T>() {
+    dispatch_index("gather_backward", ids.dtype(), [&]<class I>() {
+      const dim3 grid(static_cast<unsigned>((d + kRankedScatterCols - 1) / kRankedScatterCols), 4);
+      launch_chained(scatter_ranked_kernel<T, I>, grid, kBlock, ctx.stream, mdata<T>(dst), cdata<I>(ids),
+                     cdata<T>(rows), static_cast<int>(b), d, nrows, overwrite, true,
+                     ctx.error_site("gather_backward", nrows, d));
       TG_CUDA_CHECK_LAUNCH();
     });
   });
@@ -278,11 +470,31 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, T
         cross_entropy_f64_kernel<<<blocks_for(b, 64), 64, 0, ctx.stream>>>(
             cdata<double>(logits), cdata<I>(targets), mdata<double>(probs), mdata<double>(losses), b, v, site);
       } else {
-        cross_entropy_f32_kernel<<<row_blocks(b), kBlock, 0, ctx.stream>>>(
-            cdata<float>(logits), cdata<I>(targets), mdata<float>(probs), mdata<float>(losses), b, v, site);
+        launch_chained(cross_entropy_f32_kernel<I>, row_blocks(b), kBlock, ctx.stream, cdata<float>(logits),
+                       cdata<I>(targets), mdata<float>(probs), mdata<float>(losses), b, v, site, nullptr, 1.0f,
+                       nullptr);
       }
       TG_CUDA_CHECK_LAUNCH();
     });
+  });
+}
+
+void cross_entropy_reduced(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses, Tensor& out,
+                           bool mean) {
+  const int64_t b = logits.dim(0), v = logits.dim(1);
+  if (logits.dtype() != DType::f32 || b * v == 0) {  // f64: the exact sum is its own kernel
+    cross_entropy(logits, targets, probs, losses);
+    if (mean) mean_all(losses, out);
+    else sum_all(losses, out);
+    return;
+  }
+  DeviceContext& ctx = context(logits);
+  const ErrorSite site = ctx.error_site("cross_entropy", b, v);
+  dispatch_index("cross_entropy", targets.dtype(), [&]<class I>() {
+    launch_chained(cross_entropy_f32_kernel<I>, row_blocks(b), kBlock, ctx.stream, cdata<float>(logits),
+                   cdata<I>(targets), mdata<float>(probs), mdata<float>(losses), b, v, site, mdata<float>(out),
+                   mean ? static_cast<float>(b) : 1.0f, ctx.blocks_done);
+    TG_CUDA_CHECK_LAUNCH();
   });
 }
 
@@ -293,9 +505,8 @@ void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Te
   const bool per_row = dloss.numel() != 1;
   dispatch_float("cross_entropy_backward", probs.dtype(), [&]<class T>() {
     dispatch_index("cross_entropy_backward", targets.dtype(), [&]<class I>() {
-      cross_entropy_backward_kernel<<<blocks_for(b * v), kBlock, 0, stream_for(probs)>>>(
-          cdata<T>(probs), cdata<I>(targets), cdata<T>(dloss), per_row, static_cast<T>(divisor), mdata<T>(dlogits), b,
-          v);
+      launch_chained(cross_entropy_backward_kernel<T, I>, blocks_for(b * v), kBlock, stream_for(probs), cdata<T>(probs),
+                     cdata<I>(targets), cdata<T>(dloss), per_row, static_cast<T>(divisor), mdata<T>(dlogits), b, v);
       TG_CUDA_CHECK_LAUNCH();
     });
   });

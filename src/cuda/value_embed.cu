@@ -9,6 +9,9 @@
 //   lanes works on one row; row offsets are 64-bit.
 // - The atomic mode adds a pack with one vector reduction: red.v4.f16x2 (8 halves) into an f16
 //   buffer, red.v4.f32 into an f32 one. Never scalar f16 atomics (they collapse under contention).
+//   From ValueEmbedTuning::combine_min_reductions up it first groups equal ids (in the buffer's
+//   workspace) and adds each id's run once per chunk of grouped positions (Note [combining duplicate
+//   ids]); below that, or without a workspace, each contribution is its own reduction.
 // - The deterministic mode uses no atomics: a stable radix sort of the ids, one block per chunk of
 //   kValueEmbedChunk sorted positions, chunk-crossing rows finished by a second kernel in chunk
 //   order. So it gives the CPU's bits.
@@ -215,20 +218,160 @@ __global__ void accumulate_atomic_kernel(const G* __restrict__ dplanes, const I*
   }
 }
 
+// ---- the backward, atomic mode, duplicate ids combined (Note [combining duplicate ids])
+//
+// The buffer's workspace (i32) for a batch of n <= kGroupBatch positions, first .. first + n - 1:
+//   total  (4)        element 0: the end of the groups placed so far; 0 between calls
+//   count  (V + 1)    the batch's positions per id (V: ids out of range); 0 between calls
+//   start  (V + 1)    where each id's group begins in keys and positions
+//   rank   (kGroupBatch)  each position's place in its id's group
+//   keys, positions (kGroupBatch each)  the grouped (id, position) pairs: each id's positions
+//                     contiguous, the groups in no fixed order
+// Each array starts on 16 bytes (the run kernel reads keys and positions in 16-byte loads).
+
+constexpr int64_t kGroupBatch = kernels::kValueEmbedGroupBatch;
+constexpr unsigned kAllLanes = 0xffffffffu;
+
+// ids[i], or vocab when it is out of range (recorded once, by group_count_kernel).
+template <class I>
+__device__ inline int64_t group_of(const I* ids, int64_t i, int64_t vocab) {
+  const int64_t id = static_cast<int64_t>(ids[i]);
+  return id >= 0 && id < vocab ? id : vocab;
+}
+
+// Step 1, a thread per position: count[id] += 1 with one atomic per distinct id in a warp, rank[k] =
+// the count before it; touched[id] = 1.
+template <class I>
+__global__ void group_count_kernel(const I* __restrict__ ids, int32_t* count, int32_t* rank, int32_t* touched,
+                                   int64_t first, int64_t n, int64_t vocab, ErrorSite site) {
+  const int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (k - lane >= n) return;  // whole warps leave together: the ones below vote
+  const bool live = k < n;
+  int64_t id = vocab;
+  if (live) {
+    id = group_of(ids, first + k, vocab);
+    if (id == vocab) record_error(site, ErrorKind::index_out_of_range, first + k, static_cast<int64_t>(ids[first + k]));
+    else touched[id] = 1;
+  }
+  const unsigned live_lanes = __ballot_sync(kAllLanes, live);
+  if (!live) return;
+  const unsigned peers = __match_any_sync(live_lanes, static_cast<unsigned>(id));
+  const int leader = __ffs(static_cast<int>(peers)) - 1;
+  int at = 0;
+  if (lane == leader) at = atomicAdd(count + id, __popc(peers));
+  at = __shfl_sync(peers, at, leader);
+  rank[k] = at + __popc(peers & ((1u << lane) - 1u));
+}
+
+// Step 2: each id's first-ranked position reserves its group, start[id] = total; total += count[id]
+// (one atomic per warp).
+template <class I>
+__global__ void group_start_kernel(const I* __restrict__ ids, const int32_t* __restrict__ count,
+                                   const int32_t* __restrict__ rank, int32_t* start, int32_t* total, int64_t first,
+                                   int64_t n, int64_t vocab) {
+  const int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (k - lane >= n) return;
+  const bool opens = k < n && rank[k] == 0;
+  const int64_t id = opens ? group_of(ids, first + k, vocab) : 0;
+  const int size = opens ? count[id] : 0;
+  int end = size;  // an inclusive scan of the sizes over the warp
+#pragma unroll
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const int below = __shfl_up_sync(kAllLanes, end, offset);
+    if (lane >= offset) end += below;
+  }
+  int base = 0;
+  if (lane == 31 && end > 0) base = atomicAdd(total, end);
+  base = __shfl_sync(kAllLanes, base, 31);
+  if (opens) start[id] = base + end - size;
+}
+
+// Step 3: keys[start[id] + rank[k]] = id, positions[...] = first + k; count and total left at zero.
+template <class I>
+__global__ void group_scatter_kernel(const I* __restrict__ ids, int32_t* count, const int32_t* __restrict__ rank,
+                                     const int32_t* __restrict__ start, int32_t* total, uint32_t* keys,
+                                     int32_t* positions, int64_t first, int64_t n, int64_t vocab) {
+  const int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (k >= n) return;
+  const int64_t id = group_of(ids, first + k, vocab);
+  const int32_t r = rank[k], at = start[id] + r;
+  keys[at] = static_cast<uint32_t>(id);
+  positions[at] = static_cast<int32_t>(first + k);
+  if (r == 0) count[id] = 0;  // every reader of count ran in the steps before
+  if (k == 0) *total = 0;
+}
+
+// Step 4, over the n grouped positions (keys: their ids, V for those out of range, which are
+// skipped; positions: their indices into the planes): a group of `group` lanes per item (chunk c of
+// run_chunk grouped positions, plane p, slice s of `group` packs), lane l owning pack s*group + l of
+// the row. It walks its chunk in order, sums each run of one id in f32 and adds the sum with one
+// vector reduction where the run ends (or the chunk does): sum[p*V + id] += that run's dplanes rows.
+// kLoads packs in flight per lane (86 registers at bf16 -> f16: two blocks to an SM; bounding it
+// to three spills).
+template <class G, class S, int N, int kLoads>
+__global__ void __launch_bounds__(kBlock)
+    accumulate_combined_kernel(const G* __restrict__ dplanes, const uint32_t* __restrict__ keys,
+                               const int32_t* __restrict__ positions, S* sum, int64_t n, int64_t planes, int64_t t,
+                               int64_t vocab, int chunks, int group, int slices, int run_chunk) {
+  const int64_t item = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / group;
+  const int pack = static_cast<int>(item % slices) * group + static_cast<int>(threadIdx.x % group);
+  const int64_t rest = item / slices, p = rest % planes, begin = rest / planes * run_chunk;
+  if (begin >= n || pack >= chunks) return;  // no shuffles or barriers below: idle lanes may leave
+  const int64_t d = int64_t{chunks} * N, end = begin + run_chunk < n ? begin + run_chunk : n;
+  const G* src = dplanes + p * t * d + int64_t{pack} * N;
+  S* dst = sum + p * vocab * d + int64_t{pack} * N;
+  constexpr uint32_t kPast = 0xffffffffu;  // the key past the chunk's end: ends every run there
+  float acc[N] = {};
+  for (int64_t k0 = begin; k0 < end; k0 += kLoads) {
+    // kLoads keys and positions (whole 16-byte loads: the workspace's arrays hold a multiple of
+    // kLoads entries past n), the key after them, then all kLoads packs in flight at once.
+    uint32_t key[kLoads + 1];
+    int32_t pos[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; u += 4) {
+      const uint4 k4 = __ldg(reinterpret_cast<const uint4*>(keys + k0 + u));
+      const int4 p4 = __ldg(reinterpret_cast<const int4*>(positions + k0 + u));
+      key[u] = k4.x, key[u + 1] = k4.y, key[u + 2] = k4.z, key[u + 3] = k4.w;
+      pos[u] = p4.x, pos[u + 1] = p4.y, pos[u + 2] = p4.z, pos[u + 3] = p4.w;
+    }
+    key[kLoads] = k0 + kLoads < end ? __ldg(keys + k0 + kLoads) : kPast;
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u)
+      if (k0 + u >= end) key[u] = kPast;
+    G g[kLoads][N];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u)
+      if (key[u] < vocab) load_pack<true>(src + int64_t{pos[u]} * d, g[u]);
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      if (key[u] >= vocab) continue;  // past the chunk, or an out-of-range id (recorded in step 1)
+#pragma unroll
+      for (int e = 0; e < N; ++e) acc[e] = acc[e] + widen(g[u][e]);
+      if (key[u + 1] != key[u]) {  // the run ends here
+        red_add(dst + int64_t{key[u]} * d, acc);
+#pragma unroll
+        for (int e = 0; e < N; ++e) acc[e] = 0.0f;
+      }
+    }
+  }
+}
+
 // ---- the backward, deterministic mode (Note [value-embed arithmetic])
 
-// keys[i] = ids[i] (vocab where out of range: such positions sort last and are skipped), positions[i]
-// = i; touched[ids[i]] = 1.
+// keys[k] = ids[first + k] (vocab where out of range: such positions sort last and are skipped),
+// positions[k] = first + k, for k < n; touched[ids[first + k]] = 1.
 template <class I>
 __global__ void sort_keys_kernel(const I* __restrict__ ids, uint32_t* keys, int32_t* positions, int32_t* touched,
-                                 int64_t t, int64_t vocab, ErrorSite site) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < t; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t id = static_cast<int64_t>(ids[i]);
+                                 int64_t first, int64_t n, int64_t vocab, ErrorSite site) {
+  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < n; k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = first + k, id = static_cast<int64_t>(ids[i]);
     const bool ok = id >= 0 && id < vocab;
     if (!ok) record_error(site, ErrorKind::index_out_of_range, i, id);
     else touched[id] = 1;
-    keys[i] = static_cast<uint32_t>(ok ? id : vocab);
-    positions[i] = static_cast<int32_t>(i);
+    keys[k] = static_cast<uint32_t>(ok ? id : vocab);
+    positions[k] = static_cast<int32_t>(i);
   }
 }
 
@@ -463,7 +606,75 @@ void value_embed_gather(const Tensor& weight, const Tensor& ids, Tensor& planes)
 
 namespace {
 
-// The deterministic backward: sort, then the chunk and crossing kernels. Workspace O(T + chunks*P*D).
+// The bits of the largest key, vocab itself (the mark of an out-of-range id).
+int key_bits(int64_t vocab) {
+  int end_bit = 1;
+  while (end_bit < 32 && (uint64_t{1} << end_bit) <= static_cast<uint64_t>(vocab)) ++end_bit;
+  return end_bit;
+}
+
+// ---- the combined atomic backward (Note [combining duplicate ids])
+
+constexpr int kRunChunk = 32;  // grouped positions per item of the run kernel
+constexpr int kRunLoads = 8;   // packs in flight per lane in the run kernel
+static_assert(kRunChunk % kRunLoads == 0 && kRunLoads % 4 == 0, "the run kernel reads whole 16-byte groups of keys");
+
+int64_t round4(int64_t n) { return (n + 3) / 4 * 4; }
+
+// The workspace's arrays (the layout above step 1).
+struct GroupWorkspace {
+  int32_t *total, *count, *start, *rank;
+  uint32_t* keys;
+  int32_t* positions;
+};
+
+GroupWorkspace carve(const Tensor& workspace, int64_t vocab) {
+  int32_t* base = mdata<int32_t>(workspace);
+  const int64_t ids = round4(vocab + 1);
+  int32_t* rank = base + 4 + 2 * ids;
+  return {base, base + 4, base + 4 + ids, rank, reinterpret_cast<uint32_t*>(rank + kGroupBatch), rank + 2 * kGroupBatch};
+}
+
+int64_t workspace_elements(int64_t vocab) { return 4 + 2 * round4(vocab + 1) + 3 * kGroupBatch; }
+
+// Whether an atomic backward of `reductions` vector reductions (P*T*D/N) takes the combined path.
+bool combine(const ops::ValueEmbedBuffer& buffer, int64_t reductions, int64_t vocab) {
+  const Tensor& w = buffer.workspace;
+  return w.defined() && w.dtype() == DType::i32 && w.numel() >= workspace_elements(vocab) &&
+         reductions >= value_embed_tuning().combine_min_reductions;
+}
+
+// Per batch of at most kGroupBatch positions: group them by id (steps 1 to 3), then the run kernel.
+template <class G, class S, class I, int N>
+void accumulate_combined(DeviceContext& ctx, const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedBuffer& buffer,
+                         ErrorSite site) {
+  const int64_t planes = dplanes.dim(0), t = dplanes.dim(1), d = dplanes.dim(2), vocab = buffer.touched.dim(0);
+  const int chunks = static_cast<int>(d / N), group = lanes_per_row(chunks), slices = (chunks + group - 1) / group;
+  const GroupWorkspace w = carve(buffer.workspace, vocab);
+  const I* id = cdata<I>(ids);
+  for (int64_t first = 0; first < t; first += kGroupBatch) {
+    const int64_t n = std::min(kGroupBatch, t - first);
+    const unsigned blocks = static_cast<unsigned>((n + kBlock - 1) / kBlock);
+    group_count_kernel<<<blocks, kBlock, 0, ctx.stream>>>(id, w.count, w.rank, mdata<int32_t>(buffer.touched), first,
+                                                           n, vocab, site);
+    TG_CUDA_CHECK_LAUNCH();
+    group_start_kernel<<<blocks, kBlock, 0, ctx.stream>>>(id, w.count, w.rank, w.start, w.total, first, n, vocab);
+    TG_CUDA_CHECK_LAUNCH();
+    group_scatter_kernel<<<blocks, kBlock, 0, ctx.stream>>>(id, w.count, w.rank, w.start, w.total, w.keys,
+                                                             w.positions, first, n, vocab);
+    TG_CUDA_CHECK_LAUNCH();
+    if (value_embed_tuning().group_only) continue;
+    const int64_t items = (n + kRunChunk - 1) / kRunChunk * planes * slices;
+    accumulate_combined_kernel<G, S, N, kRunLoads>
+        <<<static_cast<unsigned>((items * group + kBlock - 1) / kBlock), kBlock, 0, ctx.stream>>>(
+            cdata<G>(dplanes), w.keys, w.positions, mdata<S>(buffer.sum), n, planes, t, vocab, chunks, group, slices,
+            kRunChunk);
+    TG_CUDA_CHECK_LAUNCH();
+  }
+}
+
+// ---- the deterministic backward: sort, then the chunk and crossing kernels. Workspace O(T + chunks*P*D).
+
 template <class G, class S, class I, int N>
 void accumulate_deterministic(DeviceContext& ctx, const Tensor& dplanes, const Tensor& ids, Tensor& sum,
                               Tensor& touched, ErrorSite site) {
@@ -474,11 +685,10 @@ void accumulate_deterministic(DeviceContext& ctx, const Tensor& dplanes, const T
   uint32_t* keys_in = mdata<uint32_t>(keys);
   int32_t* positions_in = mdata<int32_t>(positions);
   sort_keys_kernel<<<blocks_for(t), kBlock, 0, ctx.stream>>>(cdata<I>(ids), keys_in, positions_in,
-                                                              mdata<int32_t>(touched), t, vocab, site);
+                                                              mdata<int32_t>(touched), 0, t, vocab, site);
   TG_CUDA_CHECK_LAUNCH();
 
-  int end_bit = 1;  // the bits of the largest key, vocab itself
-  while (end_bit < 32 && (uint64_t{1} << end_bit) <= static_cast<uint64_t>(vocab)) ++end_bit;
+  const int end_bit = key_bits(vocab);
   uint32_t* keys_out = keys_in + t;
   int32_t* positions_out = positions_in + t;
   size_t temp_bytes = 0;
@@ -501,10 +711,22 @@ void accumulate_deterministic(DeviceContext& ctx, const Tensor& dplanes, const T
 
 }  // namespace
 
-void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode, Tensor& sum,
-                            Tensor& touched) {
-  const int64_t planes = dplanes.dim(0), t = dplanes.dim(1), d = dplanes.dim(2), vocab = touched.dim(0);
+ValueEmbedTuning& value_embed_tuning() {
+  static ValueEmbedTuning tuning;
+  return tuning;
+}
+
+int64_t value_embed_workspace_elements(Device device, int64_t vocab) {
+  (void)device;  // the same layout on every device
+  return workspace_elements(vocab);
+}
+
+void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode,
+                            ops::ValueEmbedBuffer& buffer) {
+  const int64_t planes = dplanes.dim(0), t = dplanes.dim(1), d = dplanes.dim(2), vocab = buffer.touched.dim(0);
   if (planes * t == 0) return;
+  Tensor& sum = buffer.sum;
+  Tensor& touched = buffer.touched;
   DeviceContext& ctx = context(sum);
   const ErrorSite site = ctx.error_site("value_embed_backward", vocab, d);
   dispatch_index("value_embed_backward", ids.dtype(), [&]<class I>() {
@@ -516,6 +738,10 @@ void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::Value
             return;
           }
           const int chunks = static_cast<int>(d / N), group = lanes_per_row(chunks);
+          if (combine(buffer, planes * t * chunks, vocab)) {
+            accumulate_combined<G, S, I, N>(ctx, dplanes, ids, buffer, site);
+            return;
+          }
           accumulate_atomic_kernel<G, S, I, N><<<blocks_for_rows(planes * t, group), kBlock, 0, ctx.stream>>>(
               cdata<G>(dplanes), cdata<I>(ids), mdata<S>(sum), mdata<int32_t>(touched), planes * t, t, vocab, chunks,
               group, site);

@@ -10,9 +10,20 @@
 
 namespace tapegrad::cuda {
 
+// The atomic backward's choice of path (Note [combining duplicate ids]); tests and value_embed --bench
+// change it, the op uses the defaults.
+struct ValueEmbedTuning {
+  // Combine duplicate ids from this many reductions up (P*T*D/8: 6 Mi is T = 16384 at P=4, D=768);
+  // below, grouping costs more than it saves, and each contribution is its own reduction.
+  int64_t combine_min_reductions = int64_t{6} << 20;
+  bool group_only = false;  // stop after grouping the ids (the bench times its share)
+};
+ValueEmbedTuning& value_embed_tuning();
+
 void value_embed_gather(const Tensor& weight, const Tensor& ids, Tensor& planes);
-void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode, Tensor& sum,
-                            Tensor& touched);
+int64_t value_embed_workspace_elements(Device device, int64_t vocab);
+void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode,
+                            ops::ValueEmbedBuffer& buffer);
 int64_t value_embed_select_touched(const Tensor& touched, Tensor& selected);
 void value_embed_take_rows(Tensor& sum, Tensor& touched, const Tensor& selected, int64_t count, Tensor& rows,
                            Tensor& grad);

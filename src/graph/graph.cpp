@@ -273,9 +273,13 @@ void BackwardContext::accumulate_rows(int k, const Tensor& ids, const Tensor& ro
     }
   }
 
-  if (!target.grad.defined()) target.grad = Tensor::zeros(table.shape(), table.dtype(), table.device());
-  else make_private(target.grad);
-  kernels::scatter_rows(target.grad, ids, rows, options_.overwrite_bug);
+  if (!target.grad.defined()) {  // the first contribution: zeros and the scatter in one pass where a device can
+    target.grad = Tensor::empty(table.shape(), table.dtype(), table.device());
+    kernels::scatter_rows_fresh(target.grad, ids, rows, options_.overwrite_bug);
+  } else {
+    make_private(target.grad);
+    kernels::scatter_rows(target.grad, ids, rows, options_.overwrite_bug);
+  }
 }
 
 }  // namespace tapegrad

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "graph/half.hpp"
+#include "graph/parallel.hpp"
 
 namespace tapegrad {
 
@@ -22,12 +23,17 @@ struct HostBackend final : DeviceBackend {
     return p;
   }
   void deallocate(void* ptr, size_t, int) noexcept override { std::free(ptr); }
+  // Large copies and fills split over the intra-op threads (parallel.hpp).
   void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) override {
     TG_CHECK(dst_dev.is_cpu() && src_dev.is_cpu(), "host backend copies host memory only");
-    if (nbytes) std::memcpy(dst, src, nbytes);
+    parallel_for(static_cast<int64_t>(nbytes), chunk_for(static_cast<int64_t>(nbytes), 1), [&](int64_t begin, int64_t end) {
+      std::memcpy(static_cast<char*>(dst) + begin, static_cast<const char*>(src) + begin, static_cast<size_t>(end - begin));
+    });
   }
   void memset_zero(void* ptr, size_t nbytes, int) override {
-    if (nbytes) std::memset(ptr, 0, nbytes);
+    parallel_for(static_cast<int64_t>(nbytes), chunk_for(static_cast<int64_t>(nbytes), 1), [&](int64_t begin, int64_t end) {
+      std::memset(static_cast<char*>(ptr) + begin, 0, static_cast<size_t>(end - begin));
+    });
   }
 };
 
@@ -46,6 +52,17 @@ DeviceBackend& backend_for(DeviceType type) {
 void register_backend(DeviceType type, DeviceBackend* backend) { g_backends[static_cast<int>(type)] = backend; }
 
 void synchronize(Device device) { backend_for(device.type).synchronize(device.index); }
+
+std::unique_ptr<CapturedGraph> DeviceBackend::capture(int, const std::function<void()>&) {
+  throw DeviceError("[capture] this device type cannot capture graphs");
+}
+
+std::unique_ptr<CapturedGraph> capture(Device device, const std::function<void()>& body) {
+  if (device.is_cpu())
+    throw DeviceError("[capture] graph capture records device work for replay; on the CPU ops run as they are "
+                      "called, so call the body instead");
+  return backend_for(device.type).capture(device.index, body);
+}
 
 uint64_t host_fallback_count() { return g_host_fallbacks.load(); }
 void note_host_fallback(const char*) { g_host_fallbacks.fetch_add(1); }

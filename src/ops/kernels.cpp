@@ -85,12 +85,38 @@ void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out) {
 void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite) {
   TG_DISPATCH("gather_backward", scatter_rows(dst, ids, rows, overwrite), &dst, &ids, &rows);
 }
+void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite) {
+  if (common_device("gather_backward", {&dst, &ids, &rows}).is_cpu()) {
+    dst.zero_();
+    cpu::scatter_rows(dst, ids, rows, overwrite);
+    return;
+  }
+#if TAPEGRAD_WITH_CUDA
+  cuda::scatter_rows_fresh(dst, ids, rows, overwrite);
+#else
+  throw DeviceError("[gather_backward] this tapegrad was built without CUDA");
+#endif
+}
 void softmax_rows(const Tensor& x, Tensor& y) { TG_DISPATCH("softmax", softmax_rows(x, y), &x, &y); }
 void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   TG_DISPATCH("softmax_backward", softmax_rows_backward(y, dy, dx), &y, &dy, &dx);
 }
 void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses) {
   TG_DISPATCH("cross_entropy", cross_entropy(logits, targets, probs, losses), &logits, &targets, &probs, &losses);
+}
+void cross_entropy_reduced(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses, Tensor& out,
+                           bool mean) {
+  if (common_device("cross_entropy", {&logits, &targets, &probs, &losses, &out}).is_cpu()) {
+    cpu::cross_entropy(logits, targets, probs, losses);
+    if (mean) cpu::mean_all(losses, out);
+    else cpu::sum_all(losses, out);
+    return;
+  }
+#if TAPEGRAD_WITH_CUDA
+  cuda::cross_entropy_reduced(logits, targets, probs, losses, out, mean);
+#else
+  throw DeviceError("[cross_entropy] this tapegrad was built without CUDA");
+#endif
 }
 void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dloss, double divisor,
                             Tensor& dlogits) {
@@ -101,7 +127,28 @@ void sgd_step(Tensor& param, const Tensor& grad, double lr) {
   TG_DISPATCH("sgd", sgd_step(param, grad, lr), &param, &grad);
 }
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s) {
+  if (s.device_step_scalars && param.device().is_cpu())
+    throw Error("[adamw] device step scalars are for CUDA graphs; a CPU parameter takes its scalars as arguments");
   TG_DISPATCH("adamw", adamw_step(param, grad, m, v, s), &param, &grad, &m, &v);
+}
+void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s) {
+  if (slots.empty()) return;
+  std::vector<const Tensor*> all;
+  for (const AdamWSlot& slot : slots) all.insert(all.end(), {slot.param, slot.grad, slot.m, slot.v});
+  const Tensor* first = all.front();
+  for (const Tensor* t : all)  // one device for all: name the first two that differ
+    if (!(t->device() == first->device())) (void)common_device("adamw", {first, t});
+  if (first->device().is_cpu()) {
+    if (s.device_step_scalars)
+      throw Error("[adamw] device step scalars are for CUDA graphs; a CPU parameter takes its scalars as arguments");
+    for (const AdamWSlot& slot : slots) cpu::adamw_step(*slot.param, *slot.grad, *slot.m, *slot.v, s);
+    return;
+  }
+#if TAPEGRAD_WITH_CUDA
+  cuda::adamw_step_many(slots, s);
+#else
+  throw DeviceError("[adamw] this tapegrad was built without CUDA");
+#endif
 }
 
 }  // namespace tapegrad::kernels

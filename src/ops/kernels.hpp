@@ -51,10 +51,17 @@ void mean_all(const Tensor& x, Tensor& out);  // sum / n (a division, as the ref
 void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out);
 // dst (V, d)[ids[i]] += rows[i] for i = 0..B-1 in order (overwrite: = rows[i]; the last one wins).
 void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite);
+// The same into a gradient that does not exist yet: dst (uninitialized) = zeros, then scatter_rows.
+// One pass where a device can (CUDA: the rows no id touches are written as zeros by the scatter).
+void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite);
 void softmax_rows(const Tensor& x, Tensor& y);                                  // (n, m), along m
 void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx);     // dx = y * (dy - sum(dy*y))
 // probs (B, V) = softmax(logits); losses (B,) = -log(probs[i, t_i]) (f64) or logsumexp - logit (f32).
 void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses);
+// cross_entropy, then out () = mean_all(losses) (mean) or sum_all(losses), with their arithmetic;
+// one launch where a device fuses the two (CUDA, f32).
+void cross_entropy_reduced(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses, Tensor& out,
+                           bool mean);
 // dlogits[i, j] = ((probs[i, j] - [j == t_i]) / divisor) * g, g = dloss (shape ()) or dloss[i] (shape (B,)).
 void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dloss, double divisor,
                             Tensor& dlogits);
@@ -65,7 +72,20 @@ void sgd_step(Tensor& param, const Tensor& grad, double lr);  // p = p - lr * g
 struct AdamWScalars {
   float lr, beta1, beta2, eps, weight_decay;
   float step_size, bc2_sqrt;  // (float)(lr / bc1), (float)sqrt(bc2), computed in fp64 by the caller
+  // For CUDA graphs: when set, the kernel reads step_size and bc2_sqrt from these two floats in the
+  // parameter's device memory instead, so a replayed update uses the scalars written before the
+  // replay (AdamW::write_schedule). CUDA only.
+  const float* device_step_scalars = nullptr;
 };
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s);
+// The same update of several parameters (all on one device): on CUDA one launch per 16 of them,
+// as fused optimizers do ("multi-tensor apply"); on the CPU adamw_step on each in turn.
+struct AdamWSlot {
+  Tensor* param;
+  const Tensor* grad;
+  Tensor* m;
+  Tensor* v;
+};
+void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s);
 
 }  // namespace tapegrad::kernels

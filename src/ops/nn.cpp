@@ -57,15 +57,14 @@ Var cross_entropy(Var logits, Var targets, Reduction reduction) {
   if (z.dim(1) == 0) throw Error("[cross_entropy] no classes: logits " + z.shape().str());
   Tensor probs = like(z);
   Tensor losses = Tensor::empty(Shape{z.dim(0)}, z.dtype(), z.device());
-  kernels::cross_entropy(z, t, probs, losses);
-
   // z points into the graph's value list, which record() below may reallocate: take what we need now.
   const double divisor = reduction == Reduction::mean ? static_cast<double>(z.dim(0)) : 1.0;
   Tensor out = losses;
-  if (reduction != Reduction::none) {
+  if (reduction == Reduction::none) {
+    kernels::cross_entropy(z, t, probs, losses);
+  } else {
     out = Tensor::empty(Shape{}, z.dtype(), z.device());
-    if (reduction == Reduction::mean) kernels::mean_all(losses, out);
-    else kernels::sum_all(losses, out);
+    kernels::cross_entropy_reduced(z, t, probs, losses, out, reduction == Reduction::mean);
   }
   Node* node = nullptr;
   Var y = g.record("cross_entropy", std::move(out), {logits, targets}, [](BackwardContext& ctx) {

@@ -60,12 +60,61 @@ kernels::AdamWScalars AdamW::scalars(uint64_t t) const {
 
 void AdamW::step() {
   ++t_;
-  const kernels::AdamWScalars s = scalars(t_);
-  for (size_t k = 0; k < params_.size(); ++k) {
-    const Tensor& grad = params_[k].grad();
-    if (!grad.defined()) continue;
-    Tensor value = params_[k].value();
-    kernels::adamw_step(value, grad, m_[k], v_[k], s);
+  update_all(scalars(t_));
+}
+
+// Note [AdamW in a captured graph]
+// The step scalars (step_size, bc2_sqrt) change every update, and a captured kernel's arguments are
+// frozen at capture. So a captured update passes the kernel the address of a slot in a small device
+// table instead, and the host fills the table for the updates a replay will make: scalars(t) on
+// the host, the same fp64 arithmetic, so the replayed update equals step() bit for bit. Computing
+// beta^t on the device instead (what PyTorch's capturable AdamW does) would bring the device's pow,
+// which need not round like the host's.
+void AdamW::write_schedule(uint64_t t, size_t n) {
+  if (params_.empty() || n == 0) return;
+  const Device device = params_[0].value().device();
+  for (const Var& p : params_)
+    if (p.value().device() != device)
+      throw Error("[adamw] a step schedule needs every parameter on one device; found " + device.str() + " and " +
+                  p.value().device().str());
+  if (!schedule_.defined()) schedule_ = Tensor::zeros(Shape{static_cast<int64_t>(n), 2}, DType::f32, device);
+  if (static_cast<int64_t>(n) > schedule_.dim(0))
+    throw Error("[adamw] the step schedule has " + std::to_string(schedule_.dim(0)) + " slots (a captured graph " +
+                "reads them, so it does not grow); " + std::to_string(n) + " were asked for");
+  std::vector<float> host(static_cast<size_t>(schedule_.numel()), 0.0f);
+  for (size_t k = 0; k < n; ++k) {
+    const kernels::AdamWScalars s = scalars(t + k + 1);
+    host[2 * k] = s.step_size;
+    host[2 * k + 1] = s.bc2_sqrt;
+  }
+  schedule_.copy_from(Tensor::from_vector(host, schedule_.shape()));
+}
+
+void AdamW::scheduled_step(size_t k) {
+  if (!schedule_.defined() || static_cast<int64_t>(k) >= schedule_.dim(0))
+    throw Error("[adamw] scheduled_step(" + std::to_string(k) + ") needs a step schedule with slot " +
+                std::to_string(k) + "; call write_schedule first");
+  kernels::AdamWScalars s = scalars(t_ + 1);  // the other scalars are fixed; these two are overridden
+  s.device_step_scalars = static_cast<const float*>(schedule_.raw_data()) + 2 * k;
+  update_all(s);
+}
+
+void AdamW::update_all(const kernels::AdamWScalars& s) {
+  // Parameters without a gradient are left alone; the others go in one call (on CUDA, one launch per
+  // 16 parameters of a device), grouped by device.
+  std::vector<Tensor> values;  // handles to the parameters' values (the same storage)
+  values.reserve(params_.size());
+  for (const Var& p : params_) values.push_back(p.value());
+  std::vector<bool> done(params_.size(), false);
+  for (size_t first = 0; first < params_.size(); ++first) {
+    if (done[first] || !params_[first].grad().defined()) continue;
+    std::vector<kernels::AdamWSlot> slots;
+    for (size_t k = first; k < params_.size(); ++k) {
+      if (done[k] || !params_[k].grad().defined() || !(values[k].device() == values[first].device())) continue;
+      slots.push_back({&values[k], &params_[k].grad(), &m_[k], &v_[k]});
+      done[k] = true;
+    }
+    kernels::adamw_step_many(slots, s);
   }
 }
 

@@ -52,6 +52,16 @@ class AdamW {
   Tensor& m(size_t k) { return m_.at(k); }
   Tensor& v(size_t k) { return v_.at(k); }
 
+  // ---- CUDA graphs (Note [AdamW in a captured graph] in adamw.cpp)
+  // Writes the step scalars of updates t+1 .. t+n into slots 0 .. n-1 of a table on the
+  // parameters' device, made by the first call with n slots and never moved (a captured graph holds
+  // its address). Call it before capturing, and before each replay. Throws if n exceeds the table.
+  void write_schedule(uint64_t t, size_t n);
+  // The update of every parameter with a gradient, its step scalars read from slot k of that table
+  // when the kernel runs: what a captured body calls. It does not move the step count; the caller
+  // sets it after the replay that runs the update (set_step_count).
+  void scheduled_step(size_t k);
+
   const std::vector<Var>& parameters() const { return params_; }
   const AdamWConfig& config() const { return config_; }
 
@@ -60,6 +70,9 @@ class AdamW {
   AdamWConfig config_;
   std::vector<Tensor> m_, v_;
   uint64_t t_ = 0;
+  Tensor schedule_;  // (slots, 2) f32 on the parameters' device: (step_size, bc2_sqrt) per slot
+
+  void update_all(const kernels::AdamWScalars& s);
 };
 
 }  // namespace tapegrad::optim

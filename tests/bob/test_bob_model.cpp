@@ -145,10 +145,19 @@ TEST_CASE("in-process resume through checkpoint bytes gives the same bytes as on
   for (int invocation = 0; invocation < 3; ++invocation) {
     bob::Model resumed(record, Device::cpu());
     resumed.load(io::decode(bytes, io::bob_checkpoint_identity(), "resume.ckpt"));
-    for (uint64_t k = 0; k < bob::updates_per_invocation; ++k) resumed.update();
+    const std::vector<Tensor> losses = resumed.updates(bob::updates_per_invocation);  // on the CPU: update() 10 times
+    CHECK(losses.size() == bob::updates_per_invocation);
     bytes = checkpoint_bytes(resumed);
   }
   CHECK(bob::describe_difference(bytes, checkpoint_bytes(straight), "resumed", "straight") == "");
+}
+
+TEST_CASE("CUDA graphs are for CUDA models: turning them on for a CPU model is refused") {
+  bob::Model model(default_record(), Device::cpu());
+  CHECK_FALSE(model.graphs());
+  CHECK_THROWS_WITH_AS(model.set_graphs(true), "[bob] CUDA graphs need a CUDA device; this model is on cpu",
+                       tapegrad::Error);
+  CHECK_NOTHROW(model.set_graphs(false));
 }
 
 TEST_CASE("predictions: argmax with the lowest index on ties, validity, empty prompts") {

@@ -24,6 +24,7 @@
 #include "ops/cr_math.hpp"
 #include "ops/kernels.hpp"
 #include "ops/ops.hpp"
+#include "optim/adamw.hpp"
 #include "optim/sgd.hpp"
 
 using namespace tapegrad;
@@ -300,6 +301,33 @@ TEST_CASE("[gpu] gather and its scatter backward, with repeated ids") {
   }
 }
 
+// Note [ranked scatter] in src/cuda/rows.cu: up to 1024 ids are ranked in shared memory; beyond
+// that one thread per column walks them. Both must add in the CPU's order, so the CPU's bits.
+TEST_CASE("[gpu] the scatter backward at batch sizes around the ranked kernel's limit") {
+  for (int64_t b : {1, 7, 255, 1000, 1024, 1025, 3000}) {
+    std::vector<int64_t> ids(static_cast<size_t>(b));
+    std::uniform_int_distribution<int64_t> pick(0, 11);  // 12 rows: long runs of repeated ids
+    for (int64_t& id : ids) id = pick(rng);
+    for (DType t : kFloats) {
+      for (bool overwrite : {false, true}) {
+        std::vector<Tensor> args{random(Shape{12, 70}, t), index_tensor(ids, DType::i32), random(Shape{b, 70}, t)};
+        auto back = run_both(args, [overwrite](std::vector<Tensor>& a) { kernels::scatter_rows(a[0], a[1], a[2], overwrite); });
+        check_bits(args[0], back[0], "B = " + std::to_string(b) + ", " + name(t) + (overwrite ? ", overwrite" : ", add"));
+        // into a fresh gradient: every cell written, zeros where no id points
+        std::vector<Tensor> fresh{poisoned(Shape{12, 70}, t), args[1], args[2]};
+        back = run_both(fresh, [overwrite](std::vector<Tensor>& a) { kernels::scatter_rows_fresh(a[0], a[1], a[2], overwrite); });
+        check_bits(fresh[0], back[0], "fresh, B = " + std::to_string(b) + ", " + name(t) + (overwrite ? ", overwrite" : ", add"));
+      }
+    }
+  }
+  const Tensor ids = index_tensor({3, 1, 12, 3, -1}, DType::i64).to(kGpu);  // ranked path: the lowest bad position
+  Tensor dst = Tensor::zeros(Shape{12, 70}, DType::f32, kGpu);
+  kernels::scatter_rows(dst, ids, random(Shape{5, 70}, DType::f32).to(kGpu), false);
+  CHECK(message_of([] { synchronize(kGpu); }) ==
+        "[gather_backward] index 12 at position 2 is out of range for a table of 12 rows (shape (12, 70))"
+        " (found on cuda:0, reported at the next synchronization)");
+}
+
 TEST_CASE("[gpu] softmax and cross-entropy, forward and backward") {
   for (DType t : kFloats) {
     const std::string d = name(t);
@@ -308,7 +336,7 @@ TEST_CASE("[gpu] softmax and cross-entropy, forward and backward") {
       if (t == DType::f64) check_ulps(a, b, 4, what);  // exact sums; exp/log within an ulp (check_ulps)
       else check_close(a, b, tol, what);
     };
-    for (int64_t m : {1, 5, 40, 300}) {
+    for (int64_t m : {1, 5, 40, 300, 700}) {  // 700: longer than a warp's registers hold (the re-reading path)
       const std::string sm = " m=" + std::to_string(m);
       std::vector<Tensor> args{random(Shape{6, m}, t, -8.0, 8.0), poisoned(Shape{6, m}, t)};
       auto back = run_both(args, [](std::vector<Tensor>& a) { kernels::softmax_rows(a[0], a[1]); });
@@ -325,6 +353,14 @@ TEST_CASE("[gpu] softmax and cross-entropy, forward and backward") {
       back = run_both(args, [](std::vector<Tensor>& a) { kernels::cross_entropy(a[0], a[1], a[2], a[3]); });
       compare(args[2], back[2], d + " cross_entropy probs" + sm);
       compare(args[3], back[3], d + " cross_entropy losses" + sm);
+      for (bool mean : {true, false}) {  // with the reduction: fused on CUDA in f32
+        std::vector<Tensor> rargs{args[0], args[1], poisoned(Shape{6, m}, t), poisoned(Shape{6}, t), poisoned(Shape{}, t)};
+        auto rback = run_both(rargs, [mean](std::vector<Tensor>& a) {
+          kernels::cross_entropy_reduced(a[0], a[1], a[2], a[3], a[4], mean);
+        });
+        compare(rargs[3], rback[3], d + " cross_entropy_reduced losses" + sm);
+        compare(rargs[4], rback[4], d + (mean ? " cross_entropy_reduced mean" : " cross_entropy_reduced sum") + sm);
+      }
 
       for (bool per_row : {false, true}) {
         std::vector<Tensor> bargs{args[2], args[1], random(per_row ? Shape{6} : Shape{}, t), poisoned(Shape{6, m}, t)};
@@ -334,6 +370,25 @@ TEST_CASE("[gpu] softmax and cross-entropy, forward and backward") {
         });
         check_bits(bargs[3], bback[3], d + " cross_entropy_backward" + sm + (per_row ? " per row" : " mean"));
       }
+    }
+  }
+}
+
+// The fused f32 reduction (its last block sums the losses) gives the bits of the separate kernels.
+TEST_CASE("[gpu] cross-entropy's fused mean equals cross_entropy then mean_all, bit for bit, over many blocks") {
+  for (int64_t b : {1, 255, 1000, 5000}) {
+    std::vector<int64_t> targets;
+    for (int64_t i = 0; i < b; ++i) targets.push_back(static_cast<int64_t>(rng() % 40));
+    const Tensor logits = random(Shape{b, 40}, DType::f32, -8.0, 8.0).to(kGpu);
+    const Tensor ids = index_tensor(targets, DType::i32).to(kGpu);
+    for (bool mean : {true, false}) {
+      Tensor probs = Tensor::empty(Shape{b, 40}, DType::f32, kGpu), losses = Tensor::empty(Shape{b}, DType::f32, kGpu);
+      Tensor fused = Tensor::empty(Shape{}, DType::f32, kGpu), apart = Tensor::empty(Shape{}, DType::f32, kGpu);
+      kernels::cross_entropy_reduced(logits, ids, probs, losses, fused, mean);
+      kernels::cross_entropy(logits, ids, probs, losses);
+      if (mean) kernels::mean_all(losses, apart);
+      else kernels::sum_all(losses, apart);
+      check_bits(apart.to(kCpu), fused.to(kCpu), "B = " + std::to_string(b) + (mean ? ", mean" : ", sum"));
     }
   }
 }
@@ -357,6 +412,21 @@ TEST_CASE("[gpu] optimizer updates") {
     check_bits(args[3], back[3], "adamw v, step " + std::to_string(step));
     for (int k : {0, 2, 3}) args[static_cast<size_t>(k)] = back[static_cast<size_t>(k)];  // carry on from the GPU's state
   }
+  // Many parameters in one call (on CUDA one launch per 16): 19 of sizes 1 to 3000, each as on the CPU.
+  const kernels::AdamWScalars s{0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, 0.5f, 0.25f};
+  std::vector<Tensor> many;
+  for (int64_t k = 0; k < 19; ++k) {
+    const Shape shape{1 + k * k * 8};
+    for (int part = 0; part < 3; ++part) many.push_back(random(shape, DType::f32));  // w, g, m
+    many.push_back(random(shape, DType::f32, 0.0, 2.0));                          // v >= 0
+  }
+  auto back = run_both(many, [&s](std::vector<Tensor>& a) {
+    std::vector<kernels::AdamWSlot> slots;
+    for (size_t k = 0; k < a.size(); k += 4) slots.push_back({&a[k], &a[k + 1], &a[k + 2], &a[k + 3]});
+    kernels::adamw_step_many(slots, s);
+  });
+  for (size_t k = 0; k < many.size(); ++k)
+    if (k % 4 != 1) check_bits(many[k], back[k], "adamw_step_many, tensor " + std::to_string(k));
 }
 
 // ---------------------------------------------------------------------------
@@ -435,6 +505,132 @@ TEST_CASE("[gpu] the caching allocator: no cudaMalloc once a training loop is wa
   const cuda::AllocatorStats emptied = cuda::allocator_stats();
   CHECK(emptied.bytes_cached == 0);
   CHECK(emptied.cuda_free_count > after.cuda_free_count);
+}
+
+// ---------------------------------------------------------------------------
+// GPU: captured graphs (Note [graph capture] in src/cuda/capture.cu)
+
+namespace {
+
+// A next-token table trained with AdamW: bob's model at another size, with repeated ids.
+struct TableLearner {
+  Graph g;
+  Var w;
+  Tensor x, y;
+  optim::AdamW adamw;
+  TableLearner(const Tensor& init, const std::vector<int64_t>& xs, const std::vector<int64_t>& ys)
+      : w(g.parameter(init.to(kGpu), "W")),
+        x(index_tensor(xs, DType::i32).to(kGpu)),
+        y(index_tensor(ys, DType::i32).to(kGpu)),
+        adamw({w}, {.lr = 0.05f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.01f}) {}
+  Tensor forward_backward(bool overwrite_bug) {
+    g.zero_grad();
+    g.clear();
+    Var loss = ops::cross_entropy(ops::gather(w, g.input(x)), g.input(y));
+    g.backward(loss, {.overwrite_bug = overwrite_bug});
+    return loss.value();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("[gpu] a captured graph of AdamW updates replays them bit for bit, with no cudaMalloc") {
+  constexpr size_t kUpdates = 5;
+  const Tensor init = random(Shape{16, 16}, DType::f32, -0.1, 0.1);
+  std::vector<int64_t> xs(300), ys(300);
+  std::uniform_int_distribution<int64_t> pick(0, 15);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    xs[i] = pick(rng) % 6;  // 6 distinct inputs: rows accumulate many contributions
+    ys[i] = pick(rng);
+  }
+  for (bool bug : {false, true}) {
+    const std::string mode = bug ? "overwrite-bug mode" : "accumulating";
+    INFO(mode);
+    TableLearner eager(init, xs, ys), captured(init, xs, ys);
+    const cuda::AllocatorStats before = cuda::allocator_stats();
+    captured.adamw.write_schedule(0, kUpdates);
+    std::vector<Tensor> losses;
+    std::unique_ptr<CapturedGraph> graph = capture(kGpu, [&] {
+      for (size_t k = 0; k < kUpdates; ++k) {
+        losses.push_back(captured.forward_backward(bug));
+        captured.adamw.scheduled_step(k);
+      }
+    });
+    CHECK(graph->nodes() >= kUpdates * 6);
+    CHECK(cuda::allocator_stats().graph_pool_bytes > before.graph_pool_bytes);
+    uint64_t mallocs = 0;
+    for (uint64_t round = 0; round < 3; ++round) {
+      if (round == 2) mallocs = cuda::allocator_stats().cuda_malloc_count;
+      captured.adamw.write_schedule(round * kUpdates, kUpdates);
+      graph->replay();
+      for (size_t k = 0; k < kUpdates; ++k) {
+        const Tensor loss = eager.forward_backward(bug);
+        eager.adamw.step();
+        check_bits(loss.to(kCpu), losses[k].to(kCpu), "loss of update " + std::to_string(round * kUpdates + k + 1));
+      }
+      check_bits(eager.w.value().to(kCpu), captured.w.value().to(kCpu), "W after round " + std::to_string(round));
+      check_bits(eager.adamw.m(0).to(kCpu), captured.adamw.m(0).to(kCpu), "M after round " + std::to_string(round));
+      check_bits(eager.adamw.v(0).to(kCpu), captured.adamw.v(0).to(kCpu), "V after round " + std::to_string(round));
+    }
+    CHECK(cuda::allocator_stats().cuda_malloc_count == mallocs);
+    graph.reset();
+    CHECK(cuda::allocator_stats().graph_pool_bytes == before.graph_pool_bytes);
+  }
+}
+
+TEST_CASE("[gpu] a captured model with matmul (cuBLAS) and SGD replays its steps bit for bit (f32)") {
+  const std::vector<Tensor> init{random(Shape{6, 4}, DType::f32), random(Shape{4, 7}, DType::f32),
+                                 random(Shape{7}, DType::f32)};
+  TinyModel eager(kGpu, init), captured(kGpu, init);
+  eager.step();  // the cuBLAS handle is made outside the capture
+  captured.step();
+  std::unique_ptr<CapturedGraph> graph = capture(kGpu, [&] { captured.step(); });
+  for (int k = 0; k < 4; ++k) {
+    eager.step();
+    graph->replay();
+  }
+  const auto pe = eager.g.parameters(), pc = captured.g.parameters();
+  for (size_t k = 0; k < pe.size(); ++k)
+    check_bits(pe[k].value().to(kCpu), pc[k].value().to(kCpu), "parameter " + pe[k].label() + " after 5 steps");
+}
+
+TEST_CASE("[gpu] capture refuses what a graph cannot replay, and leaves the device working") {
+  const cuda::AllocatorStats before = cuda::allocator_stats();
+  Graph g;
+  Var w = g.parameter(random(Shape{4, 3}, DType::f32).to(kGpu));
+  const Tensor ids = index_tensor({0, 3, 1}, DType::i32).to(kGpu);
+  CHECK(message_of([&] { (void)capture(kGpu, [&] { (void)ops::sum(ops::gather(w, g.input(ids))).value().item(); }); }) ==
+        "[capture] the captured body waits for cuda:0 (a copy to the host, item() or synchronize()), which a graph "
+        "cannot replay; read values after replay() instead");
+  CHECK(message_of([&] { (void)capture(kGpu, [&] { (void)capture(kGpu, [] {}); }); }) ==
+        "[capture] cuda:0 is already capturing; captures do not nest");
+  CHECK(message_of([] { (void)capture(kCpu, [] {}); }) ==
+        "[capture] graph capture records device work for replay; on the CPU ops run as they are called, so call the "
+        "body instead");
+  g.clear();
+  CHECK(cuda::allocator_stats().graph_pool_bytes == before.graph_pool_bytes);
+  CHECK(ops::sum(ops::gather(w, g.input(ids))).value().item() != 0.0);  // eager work goes on
+
+  optim::AdamW adamw({w}, {});
+  CHECK(message_of([&] { adamw.scheduled_step(0); }) ==
+        "[adamw] scheduled_step(0) needs a step schedule with slot 0; call write_schedule first");
+  adamw.write_schedule(0, 2);
+  CHECK(message_of([&] { adamw.write_schedule(0, 3); }) ==
+        "[adamw] the step schedule has 2 slots (a captured graph reads them, so it does not grow); 3 were asked for");
+}
+
+TEST_CASE("[gpu] a replayed kernel reports a bad index, read from device memory written between replays") {
+  const Tensor table = random(Shape{4, 3}, DType::f32).to(kGpu);
+  Tensor ids = index_tensor({0, 3}, DType::i32).to(kGpu);
+  Tensor out = Tensor::zeros(Shape{2, 3}, DType::f32, kGpu);
+  std::unique_ptr<CapturedGraph> graph = capture(kGpu, [&] { kernels::gather_rows(table, ids, out); });
+  graph->replay();
+  CHECK_NOTHROW(synchronize(kGpu));
+  ids.copy_from(index_tensor({0, 9}, DType::i32));  // the same address, new contents
+  graph->replay();
+  CHECK(message_of([] { synchronize(kGpu); }) ==
+        "[gather] index 9 at position 1 is out of range for a table of 4 rows (shape (4, 3))"
+        " (found on cuda:0, reported at the next synchronization)");
 }
 
 // ---------------------------------------------------------------------------
