@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
@@ -19,6 +20,7 @@
 
 #include "bench.hpp"
 #include "cuda/common.cuh"
+#include "cuda/value_embed.hpp"
 #include "ops/value_embed.hpp"
 #include "ops/value_embed_kernels.hpp"
 #include "optim/sparse.hpp"
@@ -220,13 +222,13 @@ void run_bench(const BenchConfig& c, std::FILE* out) {
       const double touched_elements = static_cast<double>(planes * unique * d);  // buffer cells the backward updates
 
       auto backward = [&](ValueEmbedAccumulate mode, ops::ValueEmbedBuffer& b) {
-        return [&, mode] { kernels::value_embed_accumulate(dplanes, ids, mode, b.sum, b.touched); };
+        return [&, mode] { kernels::value_embed_accumulate(dplanes, ids, mode, b); };
       };
       const double fwd = timer.median_ms([&] { kernels::value_embed_gather(weight, ids, out_planes); });
       const double bwd = timer.median_ms(backward(ValueEmbedAccumulate::atomic, f16));
       const double both = timer.median_ms([&] {
         kernels::value_embed_gather(weight, ids, out_planes);
-        kernels::value_embed_accumulate(dplanes, ids, ValueEmbedAccumulate::atomic, f16.sum, f16.touched);
+        kernels::value_embed_accumulate(dplanes, ids, ValueEmbedAccumulate::atomic, f16);
       });
       const double det = timer.median_ms(backward(ValueEmbedAccumulate::deterministic, f16));
       const double atomic32 = timer.median_ms(backward(ValueEmbedAccumulate::atomic, f32));
@@ -246,7 +248,7 @@ void run_bench(const BenchConfig& c, std::FILE* out) {
         {
           Tensor planes_out = Tensor::empty(Shape{planes, t, d}, DType::bf16, kGpu);
           kernels::value_embed_gather(weight, ids, planes_out);
-          kernels::value_embed_accumulate(dplanes, ids, mode, f16.sum, f16.touched);
+          kernels::value_embed_accumulate(dplanes, ids, mode, f16);
           synchronize(kGpu);
         }
         return static_cast<double>(cuda::allocator_stats(0).peak_bytes_in_use - before) / kMiB;
@@ -262,6 +264,32 @@ void run_bench(const BenchConfig& c, std::FILE* out) {
                    static_cast<long long>(rows), extra, extra_det);
       if (!c.out_dir.empty())
         write_file(c.out_dir + "/ids_" + (zipf ? "zipf_" : "uniform_") + std::to_string(t) + ".i32", ids);
+    }
+
+  // The atomic backward's two paths (Note [combining duplicate ids]), each forced at every size,
+  // whichever the op would pick: each contribution its own reduction; the grouping of the ids alone;
+  // grouping and runs.
+  std::fprintf(out, "\nthe atomic backward's paths (f16 buffer), ms:\n%-7s %6s | %12s %9s %9s\n", "ids", "T",
+               "per contrib.", "grouping", "combined");
+  std::mt19937_64 path_rng(20261204);
+  for (bool zipf : {false, true})
+    for (int64_t t : {2048, 8192, 49152}) {
+      const Tensor ids = Tensor::from_vector(make_ids(zipf, t, vocab, path_rng), Shape{t}, kGpu);
+      const Tensor dplanes = random_bf16(Shape{planes, t, d}, 2 + static_cast<uint64_t>(t));
+      cuda::ValueEmbedTuning& path = cuda::value_embed_tuning();
+      const cuda::ValueEmbedTuning saved = path;
+      auto once = [&] { kernels::value_embed_accumulate(dplanes, ids, ValueEmbedAccumulate::atomic, f16); };
+      path.combine_min_reductions = std::numeric_limits<int64_t>::max();
+      const double direct = timer.median_ms(once);
+      path.combine_min_reductions = 0;
+      path.group_only = true;
+      const double grouping = timer.median_ms(once);
+      path.group_only = false;
+      const double combined = timer.median_ms(once);
+      path = saved;
+      (void)ops::value_embed_pull(f16);
+      std::fprintf(out, "%-7s %6lld | %12.4f %9.4f %9.4f\n", zipf ? "zipf" : "uniform", static_cast<long long>(t),
+                   direct, grouping, combined);
     }
 
   // Accuracy: one backward into a zero buffer on Zipf-like ids, each mode against the fp64 sum.
@@ -281,7 +309,7 @@ void run_bench(const BenchConfig& c, std::FILE* out) {
   for (DType dtype : {DType::f16, DType::f32})
     for (ValueEmbedAccumulate mode : {ValueEmbedAccumulate::atomic, ValueEmbedAccumulate::deterministic}) {
       ops::ValueEmbedBuffer b = ops::ValueEmbedBuffer::zeros(weight, c.planes, dtype);
-      kernels::value_embed_accumulate(dplanes, ids, mode, b.sum, b.touched);
+      kernels::value_embed_accumulate(dplanes, ids, mode, b);
       Tensor sums = Tensor::zeros(Shape{3}, DType::f64, kGpu);
       double* s = static_cast<double*>(sums.raw_data());
       auto launch = [&]<class S>() {

@@ -2,7 +2,8 @@
 //
 // What it measures, for T = 2048, 8192, 49152 and uniform or Zipf-like ids over a bf16 table of P
 // planes of (V, D): the forward gather, the backward into the f16 buffer (atomic), both together,
-// the other modes (deterministic, f32 buffer), the pull alone and with sparse AdamW, the peak device
+// the other modes (deterministic, f32 buffer), the atomic backward's two paths (each contribution its
+// own reduction, or duplicate ids combined), the pull alone and with sparse AdamW, the peak device
 // memory beyond the inputs, each mode's error against an fp64 reference sum, and a device-to-device
 // copy's bandwidth to set the GB/s against. bench/value_embed/run_device.sh runs it beside the
 // PyTorch baselines (bench/value_embed/baseline.py) in one call; docs/value_embed.md has the results.

@@ -5,7 +5,7 @@
 #
 # Here, first: meson setup build-ve -Dcuda=enabled && ninja -C build-ve -j2 apps/value_embed/value_embed
 #   tests/value_embed/test_value_embed tests/value_embed/test_value_embed_cuda
-#   mkdir -p .device/lib && cp /lib/x86_64-linux-gnu/libsimdjson.so.14* .device/lib/
+#   mkdir -p .device/lib && cp -L /lib/x86_64-linux-gnu/libsimdjson.so.14* .device/lib/
 # Then: run(command="bash bench/value_embed/run_device.sh", carry=["build-ve", ".device"])
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,9 +20,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --fo
 step "tests"
 build-ve/tests/value_embed/test_value_embed 2>&1 | tail -n 3 | tee "$out/test_cpu.txt"
 build-ve/tests/value_embed/test_value_embed_cuda 2>&1 | tail -n 40 | tee "$out/test_cuda.txt"
-step "SASS of the atomic backward (bf16 gradients, f16 buffer, 8-element packs) and of the gather"
+step "SASS of the atomic backward's kernels (bf16 gradients, f16 buffer, 8-element packs) and of the gather"
 cuobjdump -sass build-ve/libtapegrad.so > "$data/sass.txt" 2>&1
 for name in _ZN8tapegrad4cuda24accumulate_atomic_kernelI13__nv_bfloat166__halfiLi8EEEvPKT_PKT1_PT0_PillliiNS0_9ErrorSiteE \
+            _ZN8tapegrad4cuda26accumulate_combined_kernelI13__nv_bfloat166__halfLi8ELi8EEEvPKT_PKjPKiPT0_lllliiii \
             _ZN8tapegrad4cuda13gather_kernelI13__nv_bfloat16S2_iLi8EEEvPKT_PKT1_PT0_llliiNS0_9ErrorSiteE; do
   echo "$name:" $(awk -v f="Function : $name" '/Function : /{on = index($0, f) > 0} on' "$data/sass.txt" |
                   grep -oE '(LDG|STG|RED|ATOM)[A-Za-z0-9._]*' | sort | uniq -c)

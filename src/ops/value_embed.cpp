@@ -10,8 +10,10 @@
 // - the buffer is not an engine slot: the overwrite-bug mode does not apply to it, and a
 //   BackwardRecord (tape dumps) shows the node visited with no contribution to weight;
 // - a second backward over a retained tape adds a second time, as a parameter's gradient would;
-// - the node allocates nothing in the atomic mode; the deterministic mode on CUDA takes O(T + P*D*T/64)
-//   workspace for the sort and the chunk sums, never anything of the table's size.
+// - the node allocates nothing in the atomic mode: CUDA groups the ids in the buffer's workspace,
+//   which rides as a third input (an input value, no gradient; a node saves only two tensors); the
+//   deterministic mode on CUDA takes O(T + P*D*T/64) workspace for the sort and the chunk sums,
+//   never anything of the table's size.
 // The planes' gradient itself is made by the rules downstream, as for any activation.
 //
 // Note [value-embed arithmetic]
@@ -22,13 +24,45 @@
 //   with a hardware f16x2 atomic, which rounds the exact sum once: the same as adding in fp32 and
 //   rounding, since fp32 keeps 24 >= 2*11 + 2 bits (double rounding is then innocuous). In no fixed
 //   order. The error of n adds is bounded by about n * 2^-11 * max|partial sum|.
-// - atomic, f32 buffer: b = b + c_k in fp32; CUDA with vector f32 atomics, in no fixed order.
+//   From ValueEmbedTuning::combine_min_reductions up, CUDA combines first (Note [combining
+//   duplicate ids]): each run of one id's contributions within a chunk of grouped positions is
+//   summed in fp32, rounded to f16, and added by one atomic, which rounds again. A run of one
+//   contribution is as before (its f16 conversion is exact); a run of L >= 2 rounds twice instead
+//   of L times, so the bound above still holds, and the error is smaller where ids repeat.
+// - atomic, f32 buffer: b = b + c_k in fp32; CUDA with vector f32 atomics, in no fixed order (combined
+//   runs as above, one fp32 atomic per run).
 // - deterministic (either buffer): sort the positions by id, stably; cut the sorted sequence into
 //   chunks of kValueEmbedChunk positions; a row's run of positions is cut into parts at the chunk
 //   boundaries; each part is summed in fp32 from zero in order, the parts' sums are added in order,
 //   and b = round(f32(b) + total) once. The association is fixed, so every run and both devices
 //   give the same bits, and the error is one rounding per row and step plus fp32 summation error.
 // An f16 buffer saturates past 65504 (inf); take the f32 buffer where row sums can grow that large.
+//
+// Note [combining duplicate ids]
+// CUDA's atomic backward, one 16-byte reduction per pack of every contribution (P*T*D/8 of them,
+// 18.9 M at the seed's sizes), was bound by the L2's rate of reductions, not by bytes. Real token
+// streams repeat ids (Zipf-like: T=49152 holds about 12.6 K distinct ids), so adding each id's
+// contributions once needs a quarter of the reductions, and moves each touched buffer row once. From
+// ValueEmbedTuning::combine_min_reductions up (below, grouping costs more than it saves), per batch
+// of at most kValueEmbedGroupBatch positions, in the buffer's workspace (made once by
+// ValueEmbedBuffer::zeros, so the backward allocates nothing and stays capturable):
+// 1. count: a thread per position; count[id] += 1 by one atomic per distinct id in a warp
+//    (match_any), which gives each position its rank in its id's group; touched[id] = 1.
+// 2. start: each id's rank-0 position reserves count[id] places (one atomic per warp on a running
+//    total), so each id's group is a contiguous range; the groups land in no fixed order.
+// 3. scatter: (id, position) to start[id] + rank; count and the total are left at zero for the next
+//    call. Three small launches instead of cub's radix sort (measured at 38 us for T=49152 and 35
+//    for T=8192, so mostly its launches, we think; the three take 16 and 11), and no order beyond
+//    grouping, which the atomics do not need.
+// 4. run kernel: the grouped positions are cut into chunks of 32; one warp (a smaller lane group
+//    when D is small) per (chunk, plane, slice of 32 packs) walks its chunk with 8 loads of 16 bytes
+//    in flight per lane, sums each run of one id in fp32 and issues one vector reduction per pack
+//    where the run or the chunk ends. Equal chunks spread a hot id's thousands of contributions over
+//    many warps; a chunk boundary inside a group costs one extra reduction.
+// Out-of-range ids are recorded in step 1 and grouped under V, which step 4 skips. The result differs
+// from the one-reduction-per-contribution path only by rounding (Note [value-embed arithmetic]).
+// Without a workspace (a buffer assembled by hand) CUDA takes that path.
+
 #include "ops/value_embed.hpp"
 
 #include "config.hpp"
@@ -56,11 +90,17 @@ void value_embed_gather(const Tensor& weight, const Tensor& ids, Tensor& planes)
   cpu::value_embed_gather(weight, ids, planes);
 }
 
-void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode, Tensor& sum,
-                            Tensor& touched) {
-  if (common_device("value_embed_accumulate", {&dplanes, &ids, &sum, &touched}).is_cuda())
-    TG_VALUE_EMBED_CUDA(value_embed_accumulate(dplanes, ids, mode, sum, touched));
-  cpu::value_embed_accumulate(dplanes, ids, mode, sum, touched);
+int64_t value_embed_workspace_elements(Device device, int64_t vocab) {
+  if (device.is_cuda()) TG_VALUE_EMBED_CUDA(value_embed_workspace_elements(device, vocab));
+  return 0;
+}
+
+void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode,
+                            ops::ValueEmbedBuffer& buffer) {
+  const Device device = common_device("value_embed_accumulate", {&dplanes, &ids, &buffer.sum, &buffer.touched});
+  if (buffer.workspace.defined()) common_device("value_embed_accumulate", {&dplanes, &buffer.workspace});
+  if (device.is_cuda()) TG_VALUE_EMBED_CUDA(value_embed_accumulate(dplanes, ids, mode, buffer));
+  cpu::value_embed_accumulate(dplanes, ids, mode, buffer);
 }
 
 int64_t value_embed_select_touched(const Tensor& touched, Tensor& selected) {
@@ -140,8 +180,10 @@ ValueEmbedBuffer ValueEmbedBuffer::zeros(const Tensor& table, int planes, DType 
                 " planes of (V, D)");
   if (dtype != DType::f16 && dtype != DType::f32)
     throw Error(std::string("[value_embed_buffer] the buffer must be f16 or f32, got ") + dtype_name(dtype));
+  const int64_t workspace = kernels::value_embed_workspace_elements(table.device(), table.dim(0) / planes);
   return {Tensor::zeros(table.shape(), dtype, table.device()),
-          Tensor::zeros(Shape{table.dim(0) / planes}, DType::i32, table.device())};
+          Tensor::zeros(Shape{table.dim(0) / planes}, DType::i32, table.device()),
+          workspace ? Tensor::zeros(Shape{workspace}, DType::i32, table.device()) : Tensor()};
 }
 
 // weight (P*V, D), ids (T,) -> (P, T, D): out[p][i] = weight[p*V + ids[i]].
@@ -182,12 +224,16 @@ Var value_embed_lookup(Var weight, Var ids, int planes, const ValueEmbedBuffer& 
     return g.record(kOp, std::move(out), {weight, ids}, nullptr);
   }
   Node* node = nullptr;
-  Var y = g.record(kOp, std::move(out), {weight, ids}, [](BackwardContext& ctx) {
+  const BackwardFn backward = [](BackwardContext& ctx) {
     // Note [the value-embed node and the engine]: the planes' gradient goes into the buffer only.
-    Tensor sum = ctx.saved(0), touched = ctx.saved(1);
+    ValueEmbedBuffer buffer{ctx.saved(0), ctx.saved(1), ctx.node().n_inputs > 2 ? ctx.input(2) : Tensor()};
     kernels::value_embed_accumulate(ctx.grad_output(), ctx.input(1),
-                                    static_cast<ValueEmbedAccumulate>(static_cast<int>(ctx.scalar())), sum, touched);
-  }, &node);
+                                    static_cast<ValueEmbedAccumulate>(static_cast<int>(ctx.scalar())), buffer);
+  };
+  Var y = buffer.workspace.defined()  // the workspace rides as a third input: a node saves two tensors
+              ? g.record(kOp, std::move(out), {weight, ids, g.input(buffer.workspace, "value_embed workspace")},
+                         backward, &node)
+              : g.record(kOp, std::move(out), {weight, ids}, backward, &node);
   TG_CHECK(node != nullptr, "a trainable lookup recorded no node");
   node->saved[0] = buffer.sum;
   node->saved[1] = buffer.touched;

@@ -9,11 +9,11 @@
 // - Between pulls the buffer is nonzero only at rows p*V + t for tokens t of the cycle's steps, and
 //   `touched` is 1 exactly at those t; a pull leaves both all zero.
 // - The lookup and its backward never synchronize with the device; in the atomic mode they allocate
-//   nothing either, so a step that uses them can be captured in a CUDA graph (the deterministic
-//   mode takes O(T) workspace from the caching allocator). On CUDA an out-of-range id is therefore
-//   skipped and reported at the next synchronization (tapegrad::synchronize(device), a copy to the
-//   host, every pull), as tapegrad::Error naming the op, the id and its position; on the CPU it
-//   throws at once.
+//   nothing either (CUDA groups the ids in the buffer's workspace, made once), so a step that uses
+//   them can be captured in a CUDA graph (the deterministic mode takes O(T) workspace from the
+//   caching allocator). On CUDA an out-of-range id is therefore skipped and reported at the next
+//   synchronization (tapegrad::synchronize(device), a copy to the host, every pull), as
+//   tapegrad::Error naming the op, the id and its position; on the CPU it throws at once.
 #pragma once
 
 #include <cstdint>
@@ -39,10 +39,15 @@ const char* value_embed_accumulate_name(ValueEmbedAccumulate a);
 
 // The persistent gradient of a value-embedding table between two pulls.
 struct ValueEmbedBuffer {
-  Tensor sum;      // (P*V, D) f16 (or f32): the table's gradient summed over the cycle's steps
-  Tensor touched;  // (V,) i32: 1 at each token id a backward added since the last pull, else 0
+  Tensor sum;        // (P*V, D) f16 (or f32): the table's gradient summed over the cycle's steps
+  Tensor touched;    // (V,) i32: 1 at each token id a backward added since the last pull, else 0
+  Tensor workspace;  // (W,) i32 on CUDA, undefined on the CPU: the atomic backward's scratch for
+                     // grouping the ids (Note [combining duplicate ids]), 8 (V + 3 * 2^15) bytes,
+                     // 1.1 MiB at V = 50304. Without one, CUDA's atomic backward adds each
+                     // contribution on its own.
 
-  // An all-zero buffer for a (P*V, D) table, on the table's device. dtype f16 (the seed's) or f32.
+  // An all-zero buffer for a (P*V, D) table, on the table's device, with its workspace. dtype f16
+  // (the seed's) or f32.
   static ValueEmbedBuffer zeros(const Tensor& table, int planes, DType dtype = DType::f16);
   bool defined() const { return sum.defined(); }
   int64_t planes() const { return touched.defined() && touched.dim(0) ? sum.dim(0) / touched.dim(0) : 0; }

@@ -20,14 +20,25 @@ namespace tapegrad::kernels {
 // positions (Note [value-embed arithmetic]); CPU and CUDA share it so they share the bits.
 inline constexpr int64_t kValueEmbedChunk = 64;
 
+// CUDA's atomic backward groups equal ids before it adds (Note [combining duplicate ids] in
+// src/ops/value_embed.cpp) in the buffer's workspace, at most this many positions at a time; longer
+// id sequences go in batches of this size.
+inline constexpr int64_t kValueEmbedGroupBatch = 65536;
+
+// The i32 elements of the workspace of a buffer of V rows per plane on `device` (0 on the CPU,
+// which needs none).
+int64_t value_embed_workspace_elements(Device device, int64_t vocab);
+
 // planes (P, T, D) = weight (P*V, D) at rows p*V + ids[i]. weight bf16 or f32, planes the same
 // dtype or f32 from bf16 (widened). CUDA writes a zero row where an id is out of range.
 void value_embed_gather(const Tensor& weight, const Tensor& ids, Tensor& planes);
 
-// sum (P*V, D)[p*V + ids[i]] += dplanes (P, T, D)[p][i] for every p and i; touched (V,)[ids[i]] = 1.
-// dplanes bf16 or f32; sum f16 or f32; the arithmetic of each mode is Note [value-embed arithmetic].
-void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode, Tensor& sum,
-                            Tensor& touched);
+// buffer.sum (P*V, D)[p*V + ids[i]] += dplanes (P, T, D)[p][i] for every p and i; buffer.touched
+// (V,)[ids[i]] = 1. dplanes bf16 or f32; sum f16 or f32; the arithmetic of each mode is Note
+// [value-embed arithmetic]. buffer.workspace is scratch (CUDA's atomic mode; without one, CUDA adds
+// each contribution on its own).
+void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode,
+                            ops::ValueEmbedBuffer& buffer);
 
 // selected (V,) i32 <- the ids t with touched[t] != 0, ascending, in its first U entries; returns U.
 // Synchronizes (U decides the size of what the pull allocates next), so it reports kernel errors.
@@ -51,8 +62,8 @@ void sparse_adamw_rows(Tensor& table, const Tensor& rows, const Tensor& grad, Te
 namespace tapegrad::cpu {
 
 void value_embed_gather(const Tensor& weight, const Tensor& ids, Tensor& planes);
-void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode, Tensor& sum,
-                            Tensor& touched);
+void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode,
+                            ops::ValueEmbedBuffer& buffer);
 int64_t value_embed_select_touched(const Tensor& touched, Tensor& selected);
 void value_embed_take_rows(Tensor& sum, Tensor& touched, const Tensor& selected, int64_t count, Tensor& rows,
                            Tensor& grad);

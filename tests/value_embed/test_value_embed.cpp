@@ -22,7 +22,7 @@ namespace {
 // One training step of loss = sum(planes * r): the planes' gradient is exactly r.
 void step(Graph& g, Var table, const Tensor& ids, int planes, const ValueEmbedBuffer& buffer, const Tensor& r,
           ValueEmbedAccumulate mode = ValueEmbedAccumulate::atomic) {
-  Var y = ops::value_embed_lookup(table, g.input(ids), planes, buffer, {mode});
+  Var y = ops::value_embed_lookup(table, g.input(ids), planes, buffer, {.accumulate = mode, .dtype = std::nullopt});
   g.backward(ops::sum(ops::mul(y, g.input(r))));
   g.clear();
 }
@@ -115,7 +115,7 @@ TEST_CASE("the buffer against an fp64 reference sum, on Zipf-like ids") {
         ValueEmbedBuffer buffer = ValueEmbedBuffer::zeros(Tensor::empty(Shape{planes * vocab, d}, grad_type), planes,
                                                           buffer_type);
         const Tensor dplanes = random(Shape{planes, t, d}, grad_type);
-        kernels::value_embed_accumulate(dplanes, id_tensor(ids, DType::i32), mode, buffer.sum, buffer.touched);
+        kernels::value_embed_accumulate(dplanes, id_tensor(ids, DType::i32), mode, buffer);
         const Accuracy a = accuracy(buffer.sum, reference(dplanes, ids, vocab), mode == ValueEmbedAccumulate::deterministic);
         CHECK(a.worst_ratio <= 1.0);
         if (buffer_type == DType::f16 && mode == ValueEmbedAccumulate::deterministic) CHECK(a.relative < 1e-3);
@@ -281,13 +281,13 @@ TEST_CASE("errors name the op and the shapes") {
   CHECK_THROWS_WITH(ops::value_embed_lookup(g.input(w.value()), ids, 3, buffer),
                     "[value_embed_lookup] a buffer was given but weight (12, 4) does not require a gradient (is it "
                     "an input?); make it a parameter, or pass no buffer for the plain gather");
-  CHECK_THROWS_WITH(ops::value_embed_lookup(w, ids, 3, ValueEmbedBuffer{buffer.sum, Tensor()}),
+  CHECK_THROWS_WITH(ops::value_embed_lookup(w, ids, 3, ValueEmbedBuffer{buffer.sum, Tensor(), Tensor()}),
                     "[value_embed_lookup] the buffer has a sum but no touched mask; make it with ValueEmbedBuffer::zeros");
 
   // The backward checks the ids again (they are read a second time); nothing is written when one is bad.
-  Tensor sum = buffer.sum, touched = buffer.touched;
+  ValueEmbedBuffer same = buffer;
   CHECK_THROWS_WITH(kernels::value_embed_accumulate(random(Shape{3, 2, 4}, DType::f32), id_tensor({0, 9}, DType::i32),
-                                                    ValueEmbedAccumulate::atomic, sum, touched),
+                                                    ValueEmbedAccumulate::atomic, same),
                     "[value_embed_backward] index 9 at position 1 is out of range for a table of 4 rows (shape (4, 4))");
   for (double x : buffer.sum.to_doubles()) CHECK(x == 0.0);
 

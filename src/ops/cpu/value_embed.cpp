@@ -115,8 +115,10 @@ void value_embed_gather(const Tensor& weight, const Tensor& ids, Tensor& planes)
       for (int64_t j = 0; j < d; ++j) dst[(p * t + i) * d + j] = widen(src[(p * vocab + id[static_cast<size_t>(i)]) * d + j]);
 }
 
-void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode, Tensor& sum,
-                            Tensor& touched) {
+void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode,
+                            ops::ValueEmbedBuffer& buffer) {
+  Tensor& sum = buffer.sum;  // the workspace is CUDA's: the CPU needs none
+  Tensor& touched = buffer.touched;
   const int64_t p_count = dplanes.dim(0), t = dplanes.dim(1), d = dplanes.dim(2), vocab = touched.dim(0);
   const std::vector<int64_t> id = checked_ids("value_embed_backward", ids, vocab, d);
   dispatch_table("value_embed_lookup", dplanes.dtype(), [&]<class G>() {
