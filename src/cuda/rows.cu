@@ -179,6 +179,73 @@ __global__ void scatter_ranked_kernel(T* dst, const I* ids, const T* rows, int b
   }
 }
 
+// Note [scatter by row]
+// For a small table (rows * B <= 2^22: bob's 256 rows and 256 ids) one warp per (destination row,
+// 32 columns) has a shorter critical path still: the warp holds all B ids in registers (B/32 a
+// lane), finds its row's positions in increasing order with one ballot per 32 ids, loads those
+// rows of the gradient together and adds them in that order: the CPU's sum, bit for bit. Every warp
+// reads every id (hence the limit), but nothing waits on another warp, and there are two trips
+// to memory. A row no id points at is left alone, or written as zeros into a fresh gradient.
+constexpr int kByRowMaxB = 1024;                        // ids a warp holds: 32 a lane
+constexpr int64_t kByRowMaxWork = int64_t{1} << 22;     // rows * B, at most
+constexpr int kByRowWarps = 8;                          // warps (rows) a block
+constexpr int kByRowChunk = 32;                         // positions whose rows are loaded together
+
+template <class T, class I>
+__global__ void scatter_by_row_kernel(T* dst, const I* ids, const T* rows, int b, int64_t d, int64_t nrows,
+                                      bool overwrite, bool fresh, ErrorSite site) {
+  __shared__ int hits[kByRowWarps][kByRowChunk];  // a warp's next positions, in order
+  chain_start();
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t r = blockIdx.y * int64_t{kByRowWarps} + warp;
+  if (r >= nrows) return;  // the whole warp
+  const int64_t col = blockIdx.x * int64_t{kWarp} + lane;
+  const int64_t c = col < d ? col : d - 1;  // lanes past the last column load it and store nothing
+  // id[k] = ids[32k + lane]; -1 past B or for a bad id. All loads first, then the checks: a
+  // record_error between two loads would keep the compiler from issuing them together.
+  int64_t loaded[kByRowMaxB / kWarp];
+#pragma unroll
+  for (int k = 0; k < kByRowMaxB / kWarp; ++k)
+    loaded[k] = k * kWarp + lane < b ? static_cast<int64_t>(ids[k * kWarp + lane]) : 0;
+  int id[kByRowMaxB / kWarp];
+#pragma unroll
+  for (int k = 0; k < kByRowMaxB / kWarp; ++k) {
+    const int i = k * kWarp + lane;
+    const int64_t v = loaded[k];
+    const bool bad = i < b && (v < 0 || v >= nrows);
+    if (bad && r == 0 && blockIdx.x == 0) record_error(site, ErrorKind::index_out_of_range, i, v);
+    id[k] = i < b && !bad ? static_cast<int>(v) : -1;
+  }
+  T acc = fresh ? T(0) : dst[r * d + c];
+  bool touched = false;
+  int n = 0;  // positions in hits[warp]
+  auto flush = [&] {  // the rows at the buffered positions: loads in flight together, then the adds in order
+    __syncwarp();
+    T x[kByRowChunk];
+#pragma unroll
+    for (int u = 0; u < kByRowChunk; ++u) x[u] = rows[int64_t{hits[warp][u < n ? u : n - 1]} * d + c];
+    __syncwarp();  // keeps the compiler from moving each load down to its add
+#pragma unroll
+    for (int u = 0; u < kByRowChunk; ++u)
+      if (u < n) acc = overwrite ? x[u] : acc + x[u];
+    n = 0;
+  };
+#pragma unroll
+  for (int k = 0; k < kByRowMaxB / kWarp; ++k) {
+    if (k * kWarp >= b) break;
+    unsigned match = __ballot_sync(0xffffffffu, id[k] == r);
+    touched = touched || match != 0;
+    while (match) {
+      const int l = __ffs(match) - 1;
+      match &= match - 1;
+      if (lane == 0) hits[warp][n] = k * kWarp + l;
+      if (++n == kByRowChunk) flush();
+    }
+  }
+  if (n > 0) flush();
+  if (col < d && (fresh || touched)) dst[r * d + col] = acc;
+}
+
 // One f64 row of m values: y = exp(x - max) / fsum(exp(x - max)). Returns false when the sum ran
 // out of partials.
 __device__ inline bool softmax_row_f64(const double* x, double* y, int64_t m) {
@@ -396,7 +463,12 @@ void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overw
   dispatch_float("gather_backward", dst.dtype(), [&]<class T>() {
     dispatch_index("gather_backward", ids.dtype(), [&]<class I>() {
       const ErrorSite site = ctx.error_site("gather_backward", nrows, d);
-      if (b <= kRankedScatterMax && nrows < kRankedScatterRows) {
+      if (b <= kByRowMaxB && nrows * b <= kByRowMaxWork) {
+        const dim3 grid(static_cast<unsigned>((d + kWarp - 1) / kWarp),
+                        static_cast<unsigned>((nrows + kByRowWarps - 1) / kByRowWarps));
+        launch_chained(scatter_by_row_kernel<T, I>, grid, kByRowWarps * kWarp, ctx.stream, mdata<T>(dst), cdata<I>(ids),
+                       cdata<T>(rows), static_cast<int>(b), d, nrows, overwrite, false, site);
+      } else if (b <= kRankedScatterMax && nrows < kRankedScatterRows) {
         const dim3 grid(static_cast<unsigned>((d + kRankedScatterCols - 1) / kRankedScatterCols), 4);
         launch_chained(scatter_ranked_kernel<T, I>, grid, kBlock, ctx.stream, mdata<T>(dst), cdata<I>(ids),
                        cdata<T>(rows), static_cast<int>(b), d, nrows, overwrite, false, site);
@@ -419,10 +491,17 @@ void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool
   DeviceContext& ctx = context(dst);
   dispatch_float("gather_backward", dst.dtype(), [&]<class T>() {
     dispatch_index("gather_backward", ids.dtype(), [&]<class I>() {
+      const ErrorSite site = ctx.error_site("gather_backward", nrows, d);
+      if (nrows * b <= kByRowMaxWork) {
+        const dim3 grid(static_cast<unsigned>((d + kWarp - 1) / kWarp),
+                        static_cast<unsigned>((nrows + kByRowWarps - 1) / kByRowWarps));
+        launch_chained(scatter_by_row_kernel<T, I>, grid, kByRowWarps * kWarp, ctx.stream, mdata<T>(dst), cdata<I>(ids),
+                       cdata<T>(rows), static_cast<int>(b), d, nrows, overwrite, true, site);
+        return;
+      }
       const dim3 grid(static_cast<unsigned>((d + kRankedScatterCols - 1) / kRankedScatterCols), 4);
       launch_chained(scatter_ranked_kernel<T, I>, grid, kBlock, ctx.stream, mdata<T>(dst), cdata<I>(ids),
-                     cdata<T>(rows), static_cast<int>(b), d, nrows, overwrite, true,
-                     ctx.error_site("gather_backward", nrows, d));
+                     cdata<T>(rows), static_cast<int>(b), d, nrows, overwrite, true, site);
       TG_CUDA_CHECK_LAUNCH();
     });
   });

@@ -11,7 +11,7 @@
 // - The lookup and its backward never synchronize with the device; in the atomic mode they allocate
 //   nothing either (CUDA groups the ids in the buffer's workspace, made once), so a step that uses
 //   them can be captured in a CUDA graph (the deterministic mode takes O(T) workspace from the
-//   caching allocator). On CUDA an out-of-range id is therefore skipped and reported at the next
+//   caching allocator, which serves a capture from the graph's own pool: it replays too). On CUDA an out-of-range id is therefore skipped and reported at the next
 //   synchronization (tapegrad::synchronize(device), a copy to the host, every pull), as
 //   tapegrad::Error naming the op, the id and its position; on the CPU it throws at once.
 #pragma once

@@ -303,24 +303,28 @@ TEST_CASE("[gpu] gather and its scatter backward, with repeated ids") {
 
 // Note [ranked scatter] in src/cuda/rows.cu: up to 1024 ids are ranked in shared memory; beyond
 // that one thread per column walks them. Both must add in the CPU's order, so the CPU's bits.
-TEST_CASE("[gpu] the scatter backward at batch sizes around the ranked kernel's limit") {
-  for (int64_t b : {1, 7, 255, 1000, 1024, 1025, 3000}) {
+// Three kernels: a warp per row for small tables (12 rows here), the ranked kernel for larger ones
+// (5000 rows with 1000 ids), one thread per column past 1024 ids (Notes [scatter by row] and
+// [ranked scatter] in src/cuda/rows.cu).
+TEST_CASE("[gpu] the scatter backward at batch sizes around the kernels' limits") {
+  for (const auto& [table_rows, b] : std::vector<std::pair<int64_t, int64_t>>{
+           {12, 1}, {12, 7}, {12, 255}, {12, 1000}, {12, 1024}, {12, 1025}, {12, 3000}, {5000, 1000}, {5000, 300}}) {
     std::vector<int64_t> ids(static_cast<size_t>(b));
-    std::uniform_int_distribution<int64_t> pick(0, 11);  // 12 rows: long runs of repeated ids
-    for (int64_t& id : ids) id = pick(rng);
+    std::uniform_int_distribution<int64_t> pick(0, 11);  // 12 distinct rows: long runs of repeated ids
+    for (int64_t& id : ids) id = pick(rng) * (table_rows / 12);
     for (DType t : kFloats) {
       for (bool overwrite : {false, true}) {
-        std::vector<Tensor> args{random(Shape{12, 70}, t), index_tensor(ids, DType::i32), random(Shape{b, 70}, t)};
+        std::vector<Tensor> args{random(Shape{table_rows, 70}, t), index_tensor(ids, DType::i32), random(Shape{b, 70}, t)};
         auto back = run_both(args, [overwrite](std::vector<Tensor>& a) { kernels::scatter_rows(a[0], a[1], a[2], overwrite); });
         check_bits(args[0], back[0], "B = " + std::to_string(b) + ", " + name(t) + (overwrite ? ", overwrite" : ", add"));
         // into a fresh gradient: every cell written, zeros where no id points
-        std::vector<Tensor> fresh{poisoned(Shape{12, 70}, t), args[1], args[2]};
+        std::vector<Tensor> fresh{poisoned(Shape{table_rows, 70}, t), args[1], args[2]};
         back = run_both(fresh, [overwrite](std::vector<Tensor>& a) { kernels::scatter_rows_fresh(a[0], a[1], a[2], overwrite); });
         check_bits(fresh[0], back[0], "fresh, B = " + std::to_string(b) + ", " + name(t) + (overwrite ? ", overwrite" : ", add"));
       }
     }
   }
-  const Tensor ids = index_tensor({3, 1, 12, 3, -1}, DType::i64).to(kGpu);  // ranked path: the lowest bad position
+  const Tensor ids = index_tensor({3, 1, 12, 3, -1}, DType::i64).to(kGpu);  // the lowest bad position is reported
   Tensor dst = Tensor::zeros(Shape{12, 70}, DType::f32, kGpu);
   kernels::scatter_rows(dst, ids, random(Shape{5, 70}, DType::f32).to(kGpu), false);
   CHECK(message_of([] { synchronize(kGpu); }) ==
