@@ -11,6 +11,7 @@
 #include "graph/error.hpp"
 #include "graph/gradcheck.hpp"
 #include "graph/graph.hpp"
+#include "graph/parallel.hpp"
 #include "graph/tape_dump.hpp"
 #include "graph/tensor.hpp"
 #include "ops/ops.hpp"

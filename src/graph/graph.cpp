@@ -174,6 +174,12 @@ const Tensor& BackwardContext::output() const { return g_.value(node_->output).d
 const Tensor& BackwardContext::input(int k) const {
   return g_.value(node_->inputs[static_cast<size_t>(k)]).data;
 }
+Tensor BackwardContext::take_saved(int k) {
+  Tensor& slot = g_.nodes_[static_cast<size_t>(node_index_)].saved[static_cast<size_t>(k)];
+  if (options_.retain_graph || !slot.unique()) return Tensor();
+  return std::move(slot);
+}
+
 bool BackwardContext::needs_grad(int k) const {
   return g_.value(node_->inputs[static_cast<size_t>(k)]).requires_grad;
 }

@@ -139,6 +139,7 @@ class Graph {
 
  private:
   friend class Var;
+  friend class BackwardContext;
   Var push_value(StableVector<Value>& into, int32_t id, Tensor data, ValueKind kind, bool requires_grad,
                  std::string label);
 
@@ -173,6 +174,11 @@ class BackwardContext {
   const Tensor& output() const;
   const Tensor& input(int k) const;
   const Tensor& saved(int k) const { return node_->saved[static_cast<size_t>(k)]; }
+  // Saved tensor k itself, for the backward to write its result over, when this pass is the last
+  // to read it (the tape is freed after it, not retained) and no other handle shares its bytes;
+  // otherwise an undefined tensor. Either way saved(k) is undefined afterwards only if it was
+  // taken. Saves an allocation and a pass over fresh memory (cross_entropy's dlogits).
+  Tensor take_saved(int k);
   double scalar() const { return node_->scalar; }
   bool needs_grad(int k) const;
 

@@ -86,11 +86,7 @@ void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overw
   TG_DISPATCH("gather_backward", scatter_rows(dst, ids, rows, overwrite), &dst, &ids, &rows);
 }
 void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite) {
-  if (common_device("gather_backward", {&dst, &ids, &rows}).is_cpu()) {
-    dst.zero_();
-    cpu::scatter_rows(dst, ids, rows, overwrite);
-    return;
-  }
+  if (common_device("gather_backward", {&dst, &ids, &rows}).is_cpu()) return cpu::scatter_rows_fresh(dst, ids, rows, overwrite);
 #if TAPEGRAD_WITH_CUDA
   cuda::scatter_rows_fresh(dst, ids, rows, overwrite);
 #else

@@ -63,6 +63,7 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, T
 void cross_entropy_reduced(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses, Tensor& out,
                            bool mean);
 // dlogits[i, j] = ((probs[i, j] - [j == t_i]) / divisor) * g, g = dloss (shape ()) or dloss[i] (shape (B,)).
+// dlogits may be probs itself (each element is read before it is written).
 void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dloss, double divisor,
                             Tensor& dlogits);
 

@@ -68,8 +68,11 @@ Var cross_entropy(Var logits, Var targets, Reduction reduction) {
   }
   Node* node = nullptr;
   Var y = g.record("cross_entropy", std::move(out), {logits, targets}, [](BackwardContext& ctx) {
-    Tensor dz = like(ctx.input(0));
-    kernels::cross_entropy_backward(ctx.saved(0), ctx.input(1), ctx.grad_output(), ctx.scalar(), dz);
+    // dlogits over the probabilities when nothing reads them after this pass: no fresh buffer
+    Tensor dz = ctx.take_saved(0);
+    const Tensor probs = dz.defined() ? dz : ctx.saved(0);
+    if (!dz.defined()) dz = like(ctx.input(0));
+    kernels::cross_entropy_backward(probs, ctx.input(1), ctx.grad_output(), ctx.scalar(), dz);
     ctx.accumulate(0, dz);
   }, &node);
   if (node) {

@@ -162,3 +162,76 @@ TEST_CASE("the vectorized expf gives the C library's expf bits (every 61st float
   CHECK(checked > 70000000);
   CHECK(differing == 0);
 }
+
+TEST_CASE("the softmax's block sums give the left-to-right double sum (Note [block sums])") {
+  if (!cpu::avx512::available()) {
+    MESSAGE("this CPU has no AVX-512F: the scalar loop runs, nothing to compare");
+    return;
+  }
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f), gap(0.0f, 60.0f);
+  long rows = 0, differing = 0;
+  for (int kind = 0; kind < 6; ++kind) {
+    for (int trial = 0; trial < 400; ++trial) {
+      const int64_t m = 1 + static_cast<int64_t>(rng() % 300);
+      std::vector<float> y(static_cast<size_t>(m));
+      for (float& v : y) {
+        switch (kind) {
+          case 0: v = unit(rng); break;                                   // a flat row: every sum exact
+          case 1: v = std::exp(-gap(rng)); break;                         // a sharp row: tiny, middle, large
+          case 2: v = std::exp(-gap(rng) * 2.0f); break;                  // sharper: underflowing values too
+          case 3: v = unit(rng) < 0.1f ? unit(rng) : std::exp(-gap(rng)); break;
+          case 4: v = unit(rng) < 0.5f ? 0.0f : std::ldexp(unit(rng), -static_cast<int>(rng() % 150)); break;
+          default: v = std::bit_cast<float>(static_cast<uint32_t>(rng()) & 0x3f7fffffu); break;  // any bits in [0, 2)
+        }
+      }
+      if (trial % 50 == 7) y[static_cast<size_t>(rng() % m)] = std::numeric_limits<float>::quiet_NaN();
+      if (trial % 50 == 9) y[static_cast<size_t>(rng() % m)] = std::numeric_limits<float>::infinity();
+      if (trial % 50 == 11) y[0] = 0.0f;
+      double want = 0.0;
+      for (float v : y) want += v;
+      const double have = cpu::avx512::sum_blocks(y.data(), m);
+      ++rows;
+      const bool both_nan = std::isnan(have) && std::isnan(want);
+      differing += std::bit_cast<uint64_t>(have) != std::bit_cast<uint64_t>(want) && !both_nan;
+    }
+  }
+  CHECK(rows == 2400);
+  CHECK(differing == 0);
+}
+
+TEST_CASE("the softmax's division by its total gives the double division's bits (Note [division by the total])") {
+  if (!cpu::avx512::available()) {
+    MESSAGE("this CPU has no AVX-512F: the scalar loop runs, nothing to compare");
+    return;
+  }
+  std::mt19937_64 rng(23);
+  std::uniform_real_distribution<double> totals(1.0, 300.0);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  long checked = 0, differing = 0, near_midpoints = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int64_t m = 1 + static_cast<int64_t>(rng() % 100);
+    std::vector<float> y(static_cast<size_t>(m));
+    double total = totals(rng);
+    for (float& v : y) v = unit(rng) * (rng() % 4 == 0 ? std::ldexp(1.0f, -static_cast<int>(rng() % 140)) : 1.0f);
+    if (trial % 3 == 0) {  // quotients on float midpoints: total = y / midpoint, rounded
+      const float f = std::ldexp(unit(rng) * 0.5f + 0.5f, -1 - static_cast<int>(rng() % 20));
+      const double midpoint = (static_cast<double>(f) + static_cast<double>(std::nextafter(f, 2.0f))) / 2.0;
+      total = static_cast<double>(y[0] = unit(rng) * 0.5f + 0.5f) / midpoint;
+      for (size_t k = 1; k < y.size(); ++k)  // the same quotient, or a neighbouring midpoint's
+        y[k] = k % 2 ? y[0] : static_cast<float>(std::nextafter(f, 2.0f) * total);
+      near_midpoints += total >= 1.0;
+    }
+    if (trial % 7 == 0) y[static_cast<size_t>(rng() % m)] = std::numeric_limits<float>::quiet_NaN();
+    if (trial % 11 == 0) y[static_cast<size_t>(rng() % m)] = 1e-40f;  // subnormal quotients
+    std::vector<float> want = y, have = y;
+    for (float& v : want) v = static_cast<float>(v / total);
+    int64_t j = cpu::avx512::divide_row(have.data(), m, total);
+    for (; j < m; ++j) have[static_cast<size_t>(j)] = static_cast<float>(have[static_cast<size_t>(j)] / total);
+    for (size_t k = 0; k < y.size(); ++k, ++checked)
+      differing += std::bit_cast<uint32_t>(have[k]) != std::bit_cast<uint32_t>(want[k]);
+  }
+  CHECK(near_midpoints > 900);
+  CHECK(checked > 100000);
+  CHECK(differing == 0);
+}

@@ -191,3 +191,34 @@ TEST_CASE("a reference taken from value() stays valid while later values are rec
   CHECK(held.raw_data() == bytes);
   CHECK(held.shape() == Shape{2});
 }
+
+TEST_CASE("cross_entropy's backward writes over its saved probabilities only when nothing else needs them") {
+  struct Run {
+    Graph g;
+    Var table, logits, loss;
+    Run() {
+      table = g.parameter(Tensor::from_vector(std::vector<float>{0.5f, -1.0f, 2.0f, 0.25f, -0.5f, 1.5f}, Shape{2, 3}));
+      logits = ops::gather(table, g.input(i32({1, 0, 1, 1})));
+      loss = ops::cross_entropy(logits, g.input(i32({2, 0, 1, 2})));
+    }
+    const Tensor& probs() { return g.nodes().back().saved[0]; }
+  };
+  Run plain;  // the tape is freed after the pass: the probabilities' buffer becomes dlogits
+  const void* probs_bytes = plain.probs().raw_data();
+  plain.g.backward(plain.loss);
+  CHECK(plain.logits.grad().raw_data() == probs_bytes);
+  const std::vector<double> want = grad_of(plain.table);
+
+  Run retained;  // retain_graph: a later pass reads the probabilities again
+  const std::vector<double> probs_before = retained.probs().to_doubles();
+  retained.g.backward(retained.loss, {.retain_graph = true});
+  CHECK(retained.probs().to_doubles() == probs_before);
+  CHECK(retained.logits.grad().raw_data() != retained.probs().raw_data());
+  CHECK(grad_of(retained.table) == want);
+
+  Run shared;  // another handle shares the probabilities' bytes
+  const Tensor handle = shared.probs();
+  shared.g.backward(shared.loss);
+  CHECK(handle.to_doubles() == probs_before);
+  CHECK(grad_of(shared.table) == want);
+}

@@ -112,6 +112,18 @@ TG_AVX512 inline int64_t add_row(float* o, const float* s, int64_t n) {
 #endif
 }
 
+// o[j] = 0 + s[j] (a row's first addition into a zero gradient: +0 + -0 is +0, as the add gives).
+TG_AVX512 inline int64_t zero_plus_row(float* o, const float* s, int64_t n) {
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(o + j, _mm512_add_ps(_mm512_setzero_ps(), _mm512_loadu_ps(s + j)));
+  return j;
+#else
+  (void)o, (void)s, (void)n;
+  return 0;
+#endif
+}
+
 // The largest of x[0..n), into *top, when n >= 16 and no x is NaN; otherwise returns false and
 // the caller runs its own loop. Between +0 and -0 it may pick the other zero than a left-to-right
 // loop would; softmax's results do not depend on that (Note [softmax max] in rows.cpp).

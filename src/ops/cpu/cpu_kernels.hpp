@@ -25,6 +25,7 @@ void sum_all(const Tensor& x, Tensor& out);
 void mean_all(const Tensor& x, Tensor& out);
 void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out);
 void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite);
+void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite);
 void softmax_rows(const Tensor& x, Tensor& y);
 void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses);

@@ -1,6 +1,6 @@
-// The f32 softmax's exponentials and their sum, 8 and 16 lanes at a time (AVX-512F), giving the
-// bits of the scalar loop they stand in for: y[j] = expf(x[j] - top), total = sum of the y[j]
-// left to right in double.
+// The f32 softmax's exponentials, their sum and the division by it, 8 and 16 lanes at a time
+// (AVX-512F), giving the bits of the scalar loop they stand in for: y[j] = expf(x[j] - top),
+// total = sum of the y[j] left to right in double, y[j] = (float)(y[j] / total).
 //
 // Note [vectorized expf]
 // The scalar loop calls the C library's expf. On x86-64 glibc (2.28 and later) that is the
@@ -21,7 +21,31 @@
 // least 2^e, each is a multiple of 2^(e - 23), so is every partial sum of any subset, and such a
 // sum is at most m. All are then exact in double as long as m * 2^(23 - e) <= 2^53, that is
 // e >= ceil(log2 m) - 30 (2^-22 for 256 classes, exp(-15.2)). sum_if_exact checks that bound and
-// adds in vector order; a row with a smaller (or NaN) y keeps the left-to-right loop.
+// adds in vector order; a row with a smaller (or NaN) y goes to sum_blocks.
+//
+// Note [block sums]
+// A sharply trained row has most exponentials far below its largest, so sum_if_exact's bound
+// fails; yet adding such a y to the running sum s changes nothing. sum_blocks goes left to right
+// in blocks of 32. With s in the binade [2^E, 2^(E+1)), where a double's last bit is U = 2^(E-52):
+// - y < U/2 leaves s unchanged (s + y rounds back to s), and so it does as s grows (U only grows);
+// - a float y >= 2^(F-29) has its last bit at or above 2^(F-29-23) = 2^(F-52), for any F.
+// Let the block's large values be those >= 2^(E-29), T = s + their sum, and F the binade of T.
+// When every y of the block is small or large, every large y is >= 2^(F-29), and s is a multiple
+// of 2^(F-52), then every sum of s and large values is a multiple of 2^(F-52) no larger than T <
+// 2^(F+1): exact in double, in any order. The left-to-right loop therefore adds the large values
+// exactly and skips the small ones, and s plus their vector sum is its result. The vector sum
+// tells F itself: had some partial sum reached 2^(F+1), it would have rounded to at least that
+// (2^(F+1) is a double) and so would the total. Any other block (a y in between, a NaN, an
+// infinity) runs the left-to-right loop itself, so every row gets the loop's bits.
+//
+// Note [division by the total]
+// y / total (y a float, total a double >= 1, the quotient rounded to double and then to float)
+// costs a double division per element. divide_row multiplies by r = 1/total instead: r is within
+// half an ulp of 1/total and q = y * r within another half, so q and the correctly rounded
+// quotient are less than 4 ulps (of double) apart. Rounding to float then gives them the same
+// value unless a float rounding boundary (a midpoint between two floats) lies within those 4 ulps:
+// the 29 bits a float drops are then within 4 of 2^28. Lanes within 8 of it, and lanes whose
+// quotient is below 2^-125 (where floats are subnormal and round elsewhere) or not finite, divide.
 #pragma once
 
 #include <bit>
@@ -130,8 +154,82 @@ TG_AVX512 inline bool sum_if_exact(const float* y, int64_t m, double* total) {
   return true;
 }
 
+// The left-to-right double sum of y[0..m) (floats), in blocks of 32 (the last one shorter) where
+// Note [block sums] proves a block's result, one by one elsewhere.
+TG_AVX512 inline double sum_blocks(const float* y, int64_t m) {
+  auto binade = [](double x) { return static_cast<int>((std::bit_cast<uint64_t>(x) >> 52) & 0x7ff) - 1023; };
+  auto power_of_two = [](int e) { return std::bit_cast<double>(static_cast<uint64_t>(e + 1023) << 52); };
+  double s = 0.0;
+  int64_t j = 0;
+  for (; j < m && s == 0.0; ++j) s += y[j];  // up to the first nonzero value (0 has no binade)
+  for (; j < m; j += 32) {
+    const int64_t count = m - j < 32 ? m - j : 32;
+    if (!(s >= 0x1p-900 && s <= 0x1p900)) {  // far outside a softmax's sums, NaN
+      for (int64_t k = 0; k < count; ++k) s += y[j + k];
+      continue;
+    }
+    const int e = binade(s);
+    const __m512d small = _mm512_set1_pd(power_of_two(e - 53)), large = _mm512_set1_pd(power_of_two(e - 29));
+    __m512d sum = _mm512_setzero_pd(), least = _mm512_set1_pd(INFINITY);
+    bool classified = true;
+    for (int64_t k = 0; k < count; k += 16) {  // lanes past the end load as +0: small, and not there
+      const __mmask16 lanes = count - k >= 16 ? 0xffff : static_cast<__mmask16>((1u << (count - k)) - 1);
+      const __m512 both = _mm512_maskz_loadu_ps(lanes, y + j + k);
+      for (const __m256 half : {_mm512_castps512_ps256(both),
+                                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(both), 1))}) {
+        const __m512d v = _mm512_cvtps_pd(half);
+        const __mmask8 is_large = _mm512_cmp_pd_mask(v, large, _CMP_GE_OQ);
+        classified = classified && (is_large | _mm512_cmp_pd_mask(v, small, _CMP_LT_OQ)) == 0xff;
+        sum = _mm512_mask_add_pd(sum, is_large, sum, v);
+        least = _mm512_mask_min_pd(least, is_large, least, v);
+      }
+    }
+    const double next = s + _mm512_reduce_add_pd(sum);
+    bool exact = classified && next <= 0x1p900;
+    if (exact && binade(next) != e) {  // T in a higher binade F: its last bit 2^(F-52) must divide all
+      const int f = binade(next);
+      exact = f - e <= 52 && _mm512_reduce_min_pd(least) >= power_of_two(f - 29) &&
+              (std::bit_cast<uint64_t>(s) & ((uint64_t{1} << (f - e)) - 1)) == 0;
+    }
+    if (exact) {
+      s = next;
+    } else {
+      for (int64_t k = 0; k < count; ++k) s += y[j + k];
+    }
+  }
+  return s;
+}
+
+// y[j] = (float)(y[j] / total) for whole vectors of 8 (Note [division by the total]); returns how
+// many it did (0 when total is not in [1, 2^1000]), the caller divides the rest.
+TG_AVX512 inline int64_t divide_row(float* y, int64_t m, double total) {
+  if (!(total >= 1.0 && total <= 0x1p1000)) return 0;
+  const __m512d t = _mm512_set1_pd(total), r = _mm512_set1_pd(1.0 / total);
+  const __m512i low_bits = _mm512_set1_epi64((int64_t{1} << 29) - 1), midpoint = _mm512_set1_epi64(int64_t{1} << 28);
+  const __m512i margin = _mm512_set1_epi64(8);
+  const __m512d smallest = _mm512_set1_pd(0x1p-125), huge = _mm512_set1_pd(0x1p1000);
+  int64_t j = 0;
+  for (; j + 8 <= m; j += 8) {
+    const __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(y + j));
+    __m512d q = _mm512_mul_pd(v, r);
+    const __m512i dropped = _mm512_and_si512(_mm512_castpd_si512(q), low_bits);
+    const __m512i distance = _mm512_abs_epi64(_mm512_sub_epi64(dropped, midpoint));
+    const __mmask8 safe = _mm512_cmp_epi64_mask(distance, margin, _MM_CMPINT_GT) &
+                          _mm512_cmp_pd_mask(q, smallest, _CMP_GE_OQ) & _mm512_cmp_pd_mask(q, huge, _CMP_LE_OQ);
+    if (safe != 0xff) q = _mm512_mask_div_pd(q, static_cast<__mmask8>(~safe), v, t);
+    _mm256_storeu_ps(y + j, _mm512_cvtpd_ps(q));
+  }
+  return j;
+}
+
 #else
 
+inline double sum_blocks(const float* y, int64_t m) {
+  double s = 0.0;
+  for (int64_t j = 0; j < m; ++j) s += y[j];
+  return s;
+}
+inline int64_t divide_row(float*, int64_t, double) { return 0; }
 inline int64_t exp_row(const float*, float, float*, int64_t, float (*)(float)) { return 0; }
 inline bool reproduces(float (*)(float)) { return false; }
 inline bool sum_if_exact(const float*, int64_t, double*) { return false; }

@@ -1,15 +1,18 @@
-// RepeatedRows: finds, for each row of a matrix in turn, the first earlier row with the same bits,
-// so a row-wise kernel can compute each distinct row once and copy it for the repeats.
+// RepeatedRows: finds, for each row of a matrix, an earlier row with the same bits, so a row-wise
+// kernel can compute each distinct row once and copy it for the repeats.
 //
 // Note [repeated rows]
 // A batch gathered from a table repeats the table's rows: bob's 256 examples use about 26
 // distinct bytes, so 90% of its logits rows are copies. cross_entropy computes the softmax and
-// logsumexp of each distinct row once. Two rows count as equal only when all their bytes are
-// equal (a cheap hash of a few sampled words picks the candidates, memcmp decides), and a row
-// kernel is a function of its row's bits, so a copied row holds exactly the bits a fresh
-// computation would give: this changes the time a kernel takes, never its result. The search is
-// bounded (a few probes and compares per row), so rows built to collide cost at most a few
-// compares each before they are computed like any other row.
+// logsumexp of each distinct row once. It goes in three steps, the first and the last split over
+// the intra-op threads by rows: (1) hash each row (a few sampled words); (2) on one thread, give
+// each row a candidate, the first row with the same hash (itself when it is the first); (3) a
+// row whose candidate is another row is a repeat only when all their bytes are equal (memcmp);
+// otherwise (two rows that differ outside the sampled words) it is computed like a first row. A
+// row kernel is a function of its row's bits, so a copied row holds exactly the bits a fresh
+// computation would give: this changes the time a kernel takes, never its result. Rows built to
+// collide cost one compare each before they are computed like any other row, and the candidate
+// search is bounded (a few probes of the hash table per row).
 #pragma once
 
 #include <cstdint>
@@ -22,39 +25,53 @@ class RepeatedRows {
  public:
   // `rows` holds `count` rows of `row_bytes` bytes each (a multiple of 4), one after another.
   RepeatedRows(const void* rows, int64_t count, size_t row_bytes)
-      : rows_(static_cast<const char*>(rows)), row_bytes_(row_bytes) {
-    size_t capacity = 16;
-    while (capacity < 2 * static_cast<size_t>(count)) capacity *= 2;
-    slots_.assign(capacity, Slot{});
-    mask_ = capacity - 1;
+      : rows_(static_cast<const char*>(rows)), row_bytes_(row_bytes), hashes_(static_cast<size_t>(count)),
+        candidates_(static_cast<size_t>(count)) {}
+
+  // Step 1: the hashes of rows [begin, end); ranges may run on different threads.
+  void hash(int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      hashes_[static_cast<size_t>(i)] = hash(rows_ + static_cast<size_t>(i) * row_bytes_);
   }
 
-  // The index of the first row before row i with the same bytes, or i itself when there is none
-  // (or the bounded search gave up). Call with i = 0, 1, 2, ... in order.
-  int64_t first_equal(int64_t i) {
-    const char* row = rows_ + static_cast<size_t>(i) * row_bytes_;
-    const uint64_t h = hash(row);
-    size_t at = h & mask_;
-    for (int probe = 0; probe < kMaxProbes; ++probe, at = (at + 1) & mask_) {
-      Slot& slot = slots_[at];
-      if (slot.row < 0) {  // a free slot: row i is the first of its kind
-        slot = {i, h};
-        return i;
+  // Step 2, after every hash: each row's candidate, the first row with its hash (or itself).
+  void match() {
+    const size_t count = hashes_.size();
+    size_t capacity = 16;
+    while (capacity < 2 * count) capacity *= 2;
+    std::vector<int64_t> slots(capacity, -1);
+    const size_t mask = capacity - 1;
+    for (size_t i = 0; i < count; ++i) {
+      const uint64_t h = hashes_[i];
+      int64_t found = static_cast<int64_t>(i);
+      size_t at = h & mask;
+      for (int probe = 0; probe < kMaxProbes; ++probe, at = (at + 1) & mask) {
+        if (slots[at] < 0) {  // a free slot: row i is the first of its kind
+          slots[at] = static_cast<int64_t>(i);
+          break;
+        }
+        if (hashes_[static_cast<size_t>(slots[at])] == h) {
+          found = slots[at];
+          break;
+        }
       }
-      if (slot.hash == h && std::memcmp(rows_ + static_cast<size_t>(slot.row) * row_bytes_, row, row_bytes_) == 0)
-        return slot.row;
+      candidates_[i] = found;
     }
-    return i;
+  }
+
+  // After step 2: the row whose result row i may copy, or i itself (compute it).
+  int64_t candidate(int64_t i) const { return candidates_[static_cast<size_t>(i)]; }
+
+  // Step 3: whether row i (a row whose candidate is another row) has its candidate's bytes.
+  bool same_as_candidate(int64_t i) const {
+    const int64_t c = candidate(i);
+    return std::memcmp(rows_ + static_cast<size_t>(c) * row_bytes_, rows_ + static_cast<size_t>(i) * row_bytes_,
+                       row_bytes_) == 0;
   }
 
  private:
   static constexpr int kMaxProbes = 8;
   static constexpr int kSampledWords = 8;
-
-  struct Slot {
-    int64_t row = -1;
-    uint64_t hash = 0;
-  };
 
   // Mixes kSampledWords 32-bit words spread evenly over the row (first and last included).
   uint64_t hash(const char* row) const {
@@ -71,8 +88,8 @@ class RepeatedRows {
 
   const char* rows_;
   size_t row_bytes_;
-  std::vector<Slot> slots_;
-  size_t mask_ = 0;
+  std::vector<uint64_t> hashes_;
+  std::vector<int64_t> candidates_;
 };
 
 }  // namespace tapegrad::cpu

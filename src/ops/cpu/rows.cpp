@@ -1,6 +1,8 @@
 // CPU row kernels: gather and its scatter backward, softmax, cross-entropy. f32 rows take AVX-512
 // paths where the CPU has them (avx512.hpp, expf_avx512.hpp) and cross-entropy computes repeated
-// rows once (repeated_rows.hpp); each of these gives the reference loop's bits.
+// rows once (repeated_rows.hpp); each of these gives the reference loop's bits. Large loops split
+// over the intra-op threads (src/graph/parallel.hpp) by rows, or by columns for the gather's
+// backward, whose additions into one row must stay in index order.
 //
 // Note [cross-entropy arithmetic]
 // f64 follows the tiny step's reference exactly: p = exp(v - max) / fsum(exp(row - max)) and
@@ -9,6 +11,7 @@
 // src/ops/cr_math.hpp). f32 (bob) computes the loss as
 // spec/bob.md writes it, logsumexp(row) - row[t], accumulating the exponentials in double: it
 // stays finite where p[t] would underflow to 0. Both give dlogits = ((p - onehot) / B) * g.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -67,14 +70,19 @@ void softmax_row(const T* x, T* y, int64_t m, double* top_out, double* total_out
     for (int64_t j = 0; j < m; ++j) y[j] = y[j] / total;
     *total_out = total;
   } else {
-    // exp_f32 of each shifted value, summed left to right in double; the vector paths give the
-    // same bits (Note [vectorized expf], Note [exact f32 sums] in expf_avx512.hpp)
+    // exp_f32 of each shifted value, summed left to right in double, each divided by the sum;
+    // the vector paths give the same bits (Note [vectorized expf], Note [exact f32 sums],
+    // Note [block sums], Note [division by the total] in expf_avx512.hpp)
     int64_t j = vector_expf() ? avx512::exp_row(x, top, y, m, exp_f32) : 0;
     for (; j < m; ++j) y[j] = exp_f32(x[j] - top);
     double total = 0.0;
-    if (!(avx512::available() && avx512::sum_if_exact(y, m, &total)))
+    if (!avx512::available()) {
       for (j = 0; j < m; ++j) total += y[j];
-    for (j = 0; j < m; ++j) y[j] = static_cast<T>(y[j] / total);
+    } else if (!avx512::sum_if_exact(y, m, &total)) {
+      total = avx512::sum_blocks(y, m);
+    }
+    j = avx512::available() ? avx512::divide_row(y, m, total) : 0;
+    for (; j < m; ++j) y[j] = static_cast<T>(y[j] / total);
     *total_out = total;
   }
   *top_out = top;
@@ -89,35 +97,77 @@ void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out) {
     const I* id = static_cast<const I*>(ids.raw_data());
     const char* src = static_cast<const char*>(table.raw_data());
     char* dst = static_cast<char*>(out.raw_data());
-    for (int64_t i = 0; i < b; ++i) {
-      int64_t r = checked_index("gather", id, i, rows, table.shape());
-      std::memcpy(dst + static_cast<size_t>(i) * row_bytes, src + static_cast<size_t>(r) * row_bytes, row_bytes);
-    }
+    for (int64_t i = 0; i < b; ++i) checked_index("gather", id, i, rows, table.shape());  // the first bad one first
+    parallel_for(b, chunk_for(b, static_cast<int64_t>(row_bytes)), [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        std::memcpy(dst + static_cast<size_t>(i) * row_bytes, src + static_cast<size_t>(id[i]) * row_bytes, row_bytes);
+    });
   });
 }
 
-void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite) {
+namespace {
+
+// grad[ids[i]] += rows[i] for i in order over the columns [begin, end) of every row; with `fresh`
+// the gradient is uninitialized memory that scatter_rows_fresh treats as zeros: a row's first
+// addition writes 0 + rows[i] (the bits zero-then-add gives, -0 turning into +0) and the rows no id
+// touches are zeroed, so nothing is written twice.
+template <class T, class I>
+void scatter_columns(T* out, const I* id, const T* src, int64_t b, int64_t nrows, int64_t d, int64_t begin, int64_t end,
+                     bool overwrite, bool fresh) {
+  const int64_t n = end - begin;
+  std::vector<bool> touched(fresh ? static_cast<size_t>(nrows) : 0);
+  for (int64_t i = 0; i < b; ++i) {  // in index order: deterministic, and the last write wins
+    const int64_t r = static_cast<int64_t>(id[i]);
+    T* o = out + r * d + begin;
+    const T* s = src + i * d + begin;
+    if (overwrite) {
+      std::memcpy(o, s, static_cast<size_t>(n) * sizeof(T));
+    } else if (fresh && !touched[static_cast<size_t>(r)]) {
+      int64_t j = 0;
+      if constexpr (std::is_same_v<T, float>)
+        if (avx512::available()) j = avx512::zero_plus_row(o, s, n);
+      for (; j < n; ++j) o[j] = T(0) + s[j];
+    } else {
+      int64_t j = 0;
+      if constexpr (std::is_same_v<T, float>)
+        if (avx512::available()) j = avx512::add_row(o, s, n);
+      for (; j < n; ++j) o[j] = o[j] + s[j];
+    }
+    if (fresh) touched[static_cast<size_t>(r)] = true;
+  }
+  if (fresh)
+    for (int64_t r = 0; r < nrows; ++r)
+      if (!touched[static_cast<size_t>(r)]) std::memset(out + r * d + begin, 0, static_cast<size_t>(n) * sizeof(T));
+}
+
+void scatter(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite, bool fresh) {
   const int64_t nrows = dst.dim(0), d = dst.dim(1), b = ids.numel();
   dispatch_float("gather_backward", dst.dtype(), [&]<class T>() {
     dispatch_index("gather_backward", ids.dtype(), [&]<class I>() {
       const I* id = static_cast<const I*>(ids.raw_data());
       const T* src = static_cast<const T*>(rows.raw_data());
       T* out = static_cast<T*>(dst.raw_data());
-      for (int64_t i = 0; i < b; ++i) {  // in index order: deterministic, and the last write wins
-        int64_t r = checked_index("gather_backward", id, i, nrows, dst.shape());
-        T* o = out + r * d;
-        const T* s = src + i * d;
-        if (overwrite) {
-          std::memcpy(o, s, static_cast<size_t>(d) * sizeof(T));
-          continue;
-        }
-        int64_t j = 0;
-        if constexpr (std::is_same_v<T, float>)
-          if (avx512::available()) j = avx512::add_row(o, s, d);
-        for (; j < d; ++j) o[j] = o[j] + s[j];
-      }
+      for (int64_t i = 0; i < b; ++i) checked_index("gather_backward", id, i, nrows, dst.shape());
+      // The columns split over the threads: each range of columns takes every row in index
+      // order, so each element still gets its additions in index order (and the last write wins).
+      const int64_t row_bytes = d * static_cast<int64_t>(sizeof(T));
+      const int64_t bytes = (fresh ? std::max(b, nrows) : b) * row_bytes;
+      const int64_t columns = chunk_for(bytes, 1) == bytes ? d : std::max<int64_t>(16, (d / num_threads() + 15) / 16 * 16);
+      parallel_for(d, columns, [&](int64_t begin, int64_t end) {
+        scatter_columns(out, id, src, b, nrows, d, begin, end, overwrite, fresh);
+      });
     });
   });
+}
+
+}  // namespace
+
+void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite) {
+  scatter(dst, ids, rows, overwrite, false);
+}
+
+void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite) {
+  scatter(dst, ids, rows, overwrite, true);
 }
 
 void softmax_rows(const Tensor& x, Tensor& y) {
@@ -125,8 +175,10 @@ void softmax_rows(const Tensor& x, Tensor& y) {
   dispatch_float("softmax", x.dtype(), [&]<class T>() {
     const T* X = static_cast<const T*>(x.raw_data());
     T* Y = static_cast<T*>(y.raw_data());
-    double top, total;
-    for (int64_t i = 0; i < n; ++i) softmax_row(X + i * m, Y + i * m, m, &top, &total);
+    parallel_for(n, costly_rows_chunk(n, m * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
+      double top, total;
+      for (int64_t i = begin; i < end; ++i) softmax_row(X + i * m, Y + i * m, m, &top, &total);
+    });
   });
 }
 
@@ -136,14 +188,16 @@ void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
     const T* Y = static_cast<const T*>(y.raw_data());
     const T* dY = static_cast<const T*>(dy.raw_data());
     T* dX = static_cast<T*>(dx.raw_data());
-    std::vector<T> prod(static_cast<size_t>(m));
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = 0; j < m; ++j) prod[static_cast<size_t>(j)] = dY[i * m + j] * Y[i * m + j];
-      double dot;
-      if constexpr (std::is_same_v<T, double>) dot = exact_sum(prod.data(), prod.size());
-      else { dot = 0.0; for (T p : prod) dot += p; }
-      for (int64_t j = 0; j < m; ++j) dX[i * m + j] = Y[i * m + j] * (dY[i * m + j] - static_cast<T>(dot));
-    }
+    parallel_for(n, costly_rows_chunk(n, m * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
+      std::vector<T> prod(static_cast<size_t>(m));
+      for (int64_t i = begin; i < end; ++i) {
+        for (int64_t j = 0; j < m; ++j) prod[static_cast<size_t>(j)] = dY[i * m + j] * Y[i * m + j];
+        double dot;
+        if constexpr (std::is_same_v<T, double>) dot = exact_sum(prod.data(), prod.size());
+        else { dot = 0.0; for (T p : prod) dot += p; }
+        for (int64_t j = 0; j < m; ++j) dX[i * m + j] = Y[i * m + j] * (dY[i * m + j] - static_cast<T>(dot));
+      }
+    });
   });
 }
 
@@ -155,24 +209,45 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, T
       const I* t = static_cast<const I*>(targets.raw_data());
       T* P = static_cast<T*>(probs.raw_data());
       T* L = static_cast<T*>(losses.raw_data());
-      RepeatedRows repeats(X, b, static_cast<size_t>(v) * sizeof(T));  // Note [repeated rows]
-      std::vector<double> logsumexp(static_cast<size_t>(b));          // f32: log(total) + top, per distinct row
       for (int64_t i = 0; i < b; ++i) {
-        int64_t ti = static_cast<int64_t>(t[i]);
+        const int64_t ti = static_cast<int64_t>(t[i]);
         if (ti < 0 || ti >= v)
           throw Error("[cross_entropy] target " + std::to_string(ti) + " at position " + std::to_string(i) +
                       " is out of range for " + std::to_string(v) + " classes (logits " + logits.shape().str() + ")");
-        const int64_t first = repeats.first_equal(i);
-        if (first != i) {
-          std::memcpy(P + i * v, P + first * v, static_cast<size_t>(v) * sizeof(T));
-        } else {
-          double top, total;
-          softmax_row(X + i * v, P + i * v, v, &top, &total);
-          logsumexp[static_cast<size_t>(i)] = std::log(total) + top;
-        }
-        if constexpr (std::is_same_v<T, double>) L[i] = -std::log(P[i * v + ti]);
-        else L[i] = static_cast<T>(logsumexp[static_cast<size_t>(first)] - static_cast<double>(X[i * v + ti]));
       }
+      // Each distinct row's softmax and logsumexp once (Note [repeated rows]): hash the rows, match
+      // them, compute the first rows' softmax; then each repeat copies its first row's
+      // probabilities (or, when its bytes differ, is computed too), and every row gets its loss.
+      const int64_t row_bytes = v * static_cast<int64_t>(sizeof(T));
+      const int64_t chunk = chunk_for(b, row_bytes);  // the rows' split, the gather's and the backward's
+      RepeatedRows repeats(X, b, static_cast<size_t>(row_bytes));
+      parallel_for(b, chunk, [&](int64_t begin, int64_t end) { repeats.hash(begin, end); });
+      repeats.match();
+      std::vector<int64_t> firsts;
+      for (int64_t i = 0; i < b; ++i)
+        if (repeats.candidate(i) == i) firsts.push_back(i);
+      std::vector<double> logsumexp(static_cast<size_t>(b));  // f32: log(total) + top, per computed row
+      auto compute = [&](int64_t i) {
+        double top, total;
+        softmax_row(X + i * v, P + i * v, v, &top, &total);
+        logsumexp[static_cast<size_t>(i)] = std::log(total) + top;
+      };
+      const int64_t nfirst = static_cast<int64_t>(firsts.size());
+      parallel_for(nfirst, costly_rows_chunk(nfirst, row_bytes), [&](int64_t begin, int64_t end) {
+        for (int64_t k = begin; k < end; ++k) compute(firsts[static_cast<size_t>(k)]);
+      });
+      parallel_for(b, chunk, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          int64_t from = repeats.candidate(i);
+          if (from != i) {
+            if (repeats.same_as_candidate(i)) std::memcpy(P + i * v, P + from * v, static_cast<size_t>(v) * sizeof(T));
+            else compute(from = i);
+          }
+          const int64_t ti = static_cast<int64_t>(t[i]);
+          if constexpr (std::is_same_v<T, double>) L[i] = -std::log(P[i * v + ti]);
+          else L[i] = static_cast<T>(logsumexp[static_cast<size_t>(from)] - static_cast<double>(X[i * v + ti]));
+        }
+      });
     });
   });
 }
@@ -192,20 +267,23 @@ void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Te
       // rounded once): bob's mean over 256 examples multiplies instead of dividing.
       int exponent = 0;
       const bool power_of_two = std::frexp(div, &exponent) == T(0.5) && std::isnormal(T(1) / div);
-      for (int64_t i = 0; i < b; ++i) {
-        const T gi = per_row ? g[i] : g[0];
-        const T* p = P + i * v;
-        T* d = D + i * v;
-        int64_t j = 0;  // ((p - onehot) / div) * gi, first with onehot = 0 everywhere (p - 0 is p)
-        if constexpr (std::is_same_v<T, float>)
-          if (avx512::available()) j = avx512::scale_row(p, d, v, power_of_two ? T(1) / div : div, power_of_two, gi);
-        if (power_of_two)
-          for (const T inverse = T(1) / div; j < v; ++j) d[j] = (p[j] * inverse) * gi;
-        else
-          for (; j < v; ++j) d[j] = (p[j] / div) * gi;
-        const int64_t ti = static_cast<int64_t>(t[i]);  // then the target's entry, with onehot = 1
-        if (ti >= 0 && ti < v) d[ti] = ((p[ti] - T(1)) / div) * gi;
-      }
+      parallel_for(b, chunk_for(b, v * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const T gi = per_row ? g[i] : g[0];
+          const T* p = P + i * v;
+          T* d = D + i * v;  // may be p itself: p[ti] is read before the row is written
+          const int64_t ti = static_cast<int64_t>(t[i]);
+          const T p_target = ti >= 0 && ti < v ? p[ti] : T(0);
+          int64_t j = 0;  // ((p - onehot) / div) * gi, first with onehot = 0 everywhere (p - 0 is p)
+          if constexpr (std::is_same_v<T, float>)
+            if (avx512::available()) j = avx512::scale_row(p, d, v, power_of_two ? T(1) / div : div, power_of_two, gi);
+          if (power_of_two)
+            for (const T inverse = T(1) / div; j < v; ++j) d[j] = (p[j] * inverse) * gi;
+          else
+            for (; j < v; ++j) d[j] = (p[j] / div) * gi;
+          if (ti >= 0 && ti < v) d[ti] = ((p_target - T(1)) / div) * gi;  // then the target's, onehot = 1
+        }
+      });
     });
   });
 }
