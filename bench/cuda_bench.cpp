@@ -124,7 +124,7 @@ void bob_kernels(bob::Model& model) {
         kernels::cross_entropy_backward(probs, y, seed, 256.0, dlogits);
       }), "us");
   row("  in a graph: zeros for dW (memset)", in_graph_us([&] { dw.zero_(); }), "us");
-  row("  in a graph: gather backward (ranked scatter)", in_graph_us([&] {
+  row("  in a graph: gather backward into an existing dW", in_graph_us([&] {
         kernels::scatter_rows(dw, x, dlogits, false);
       }), "us");
   row("  in a graph: gather backward into a new dW (no memset)", in_graph_us([&] {

@@ -46,7 +46,7 @@ void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Te
 
 // optim.cu
 void sgd_step(Tensor& param, const Tensor& grad, double lr);
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s);
+// AdamW: the facade's adamw_step comes here as a group of one.
 void adamw_step_many(const std::vector<kernels::AdamWSlot>& slots, const AdamWScalars& s);
 
 }  // namespace tapegrad::cuda

@@ -104,8 +104,4 @@ void adamw_step_many(const std::vector<kernels::AdamWSlot>& slots, const AdamWSc
   launch();
 }
 
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s) {
-  cuda::adamw_step_many({{&param, &grad, &m, &v}}, s);  // qualified: no lookup into kernels::
-}
-
 }  // namespace tapegrad::cuda

@@ -84,32 +84,26 @@ __global__ void scatter_kernel(T* dst, const I* ids, const T* rows, int64_t b, i
 // - a run starts where the sorted ids change; the warp that takes it finds its end 32 ranks at a
 //   time (a ballot);
 // - the time is the longest run's (a common byte: 51 of bob's 256): its warp loads 64 rows (32 in
-//   f64) before adding them in order, so it waits for memory once per 64 rows, not once per row;
-// - into a fresh gradient (the engine's first contribution, tables up to 4096 rows) the blocks
-//   also write zeros to the rows no id points at, so no memset runs before the kernel.
-// Larger batches or tables take the column-serial kernel above.
+//   f64) before adding them in order, so it waits for memory once per 64 rows, not once per row.
+// Tables small enough for a warp per row take the kernel of Note [scatter by row] instead; larger
+// batches or tables take the column-serial kernel above.
 constexpr int kRankedScatterMax = 1024;                   // positions sorted in shared memory, at most
 constexpr int64_t kRankedScatterRows = int64_t{1} << 21;  // table rows, at most (keys fit 32 bits)
-constexpr int64_t kFreshScatterRows = 4096;               // table rows of a fresh gradient, at most
 constexpr int kRankedScatterCols = 32;                    // the columns of one warp: its lanes
 template <class T>
 constexpr int kRunChunk = 256 / sizeof(T);                // a run's rows loaded together, then added in order
 
 // dst (V, d)[ids[i]] += rows (B, d)[i], B <= kRankedScatterMax, V <= kRankedScatterRows, each row's
-// contributions in increasing i (overwrite: the last i wins). With `fresh` (V <= kFreshScatterRows),
-// dst holds garbage: the rows no id points at are written as zeros, the others start from zero.
-// Blocks: x over 32-column tiles, y over the runs (and the zero rows).
+// contributions in increasing i (overwrite: the last i wins). Blocks: x over 32-column tiles, y over
+// the runs.
 template <class T, class I>
 __global__ void scatter_ranked_kernel(T* dst, const I* ids, const T* rows, int b, int64_t d, int64_t nrows,
-                                      bool overwrite, bool fresh, ErrorSite site) {
+                                      bool overwrite, ErrorSite site) {
   __shared__ __align__(16) uint32_t key[kRankedScatterMax];  // id * 1024 + position; a bad id as nrows
   __shared__ int order[kRankedScatterMax];                   // order[rank] = position
   __shared__ int row_of[kRankedScatterMax];                  // row_of[rank] = its id (nrows for a bad one)
-  __shared__ unsigned char has_run[kFreshScatterRows];       // fresh: 1 at the rows some id points at
   chain_start();
   const int b4 = (b + 3) / 4;  // keys in fours; the padding (all ones) is below no key
-  if (fresh)
-    for (int64_t r = threadIdx.x; r < nrows; r += blockDim.x) has_run[r] = 0;
   for (int i = b + static_cast<int>(threadIdx.x); i < 4 * b4; i += blockDim.x) key[i] = 0xffffffffu;
   __syncthreads();
   for (int i = threadIdx.x; i < b; i += blockDim.x) {
@@ -117,7 +111,6 @@ __global__ void scatter_ranked_kernel(T* dst, const I* ids, const T* rows, int b
     const bool ok = r >= 0 && r < nrows;
     if (!ok && blockIdx.x == 0 && blockIdx.y == 0) record_error(site, ErrorKind::index_out_of_range, i, r);
     key[i] = static_cast<uint32_t>((ok ? r : nrows) * kRankedScatterMax + i);
-    if (fresh && ok) has_run[r] = 1;
   }
   __syncthreads();
   // `share` neighbouring lanes rank one position, each counting a slice of the keys; shuffles add
@@ -144,9 +137,6 @@ __global__ void scatter_ranked_kernel(T* dst, const I* ids, const T* rows, int b
   __syncthreads();
   const int warps = blockDim.x / kWarp, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t col = blockIdx.x * int64_t{kRankedScatterCols} + lane;
-  if (fresh && col < d)  // the rows without a run: zeros (the rows with one are written below)
-    for (int64_t r = blockIdx.y * int64_t{warps} + warp; r < nrows; r += int64_t{gridDim.y} * warps)
-      if (!has_run[r]) dst[r * d + col] = T(0);
   // Warp w of the blocks in y takes the ranks w, w + W, ... and walks the runs that start there.
   for (int start = blockIdx.y * warps + warp; start < b; start += gridDim.y * warps) {
     const int r = row_of[start];
@@ -165,7 +155,7 @@ __global__ void scatter_ranked_kernel(T* dst, const I* ids, const T* rows, int b
     // stays in the loop, as __syncwarp needs.
     const int64_t c = col < d ? col : d - 1;
     T* o = dst + int64_t{r} * d + c;
-    T acc = fresh ? T(0) : *o;
+    T acc = *o;
     for (int p = start; p < end; p += kRunChunk<T>) {  // a chunk's loads in flight together, then its adds in order
       T x[kRunChunk<T>];
 #pragma unroll
@@ -471,7 +461,7 @@ void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overw
       } else if (b <= kRankedScatterMax && nrows < kRankedScatterRows) {
         const dim3 grid(static_cast<unsigned>((d + kRankedScatterCols - 1) / kRankedScatterCols), 4);
         launch_chained(scatter_ranked_kernel<T, I>, grid, kBlock, ctx.stream, mdata<T>(dst), cdata<I>(ids),
-                       cdata<T>(rows), static_cast<int>(b), d, nrows, overwrite, false, site);
+                       cdata<T>(rows), static_cast<int>(b), d, nrows, overwrite, site);
       } else {
         scatter_kernel<<<blocks_for(d, 128), 128, 0, ctx.stream>>>(mdata<T>(dst), cdata<I>(ids), cdata<T>(rows), b, d,
                                                                   nrows, overwrite, site);
@@ -481,9 +471,11 @@ void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overw
   });
 }
 
+// Into a fresh gradient the by-row kernel also writes the zeros; where it does not apply, a memset
+// and the plain scatter.
 void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite) {
   const int64_t nrows = dst.dim(0), d = dst.dim(1), b = ids.numel();
-  if (b == 0 || b > kRankedScatterMax || nrows > kFreshScatterRows || d == 0) {
+  if (b == 0 || b > kByRowMaxB || nrows * b > kByRowMaxWork || d == 0) {
     dst.zero_();
     scatter_rows(dst, ids, rows, overwrite);
     return;
@@ -491,18 +483,11 @@ void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool
   DeviceContext& ctx = context(dst);
   dispatch_float("gather_backward", dst.dtype(), [&]<class T>() {
     dispatch_index("gather_backward", ids.dtype(), [&]<class I>() {
-      const ErrorSite site = ctx.error_site("gather_backward", nrows, d);
-      if (nrows * b <= kByRowMaxWork) {
-        const dim3 grid(static_cast<unsigned>((d + kWarp - 1) / kWarp),
-                        static_cast<unsigned>((nrows + kByRowWarps - 1) / kByRowWarps));
-        launch_chained(scatter_by_row_kernel<T, I>, grid, kByRowWarps * kWarp, ctx.stream, mdata<T>(dst), cdata<I>(ids),
-                       cdata<T>(rows), static_cast<int>(b), d, nrows, overwrite, true, site);
-        return;
-      }
-      const dim3 grid(static_cast<unsigned>((d + kRankedScatterCols - 1) / kRankedScatterCols), 4);
-      launch_chained(scatter_ranked_kernel<T, I>, grid, kBlock, ctx.stream, mdata<T>(dst), cdata<I>(ids),
-                     cdata<T>(rows), static_cast<int>(b), d, nrows, overwrite, true, site);
-      TG_CUDA_CHECK_LAUNCH();
+      const dim3 grid(static_cast<unsigned>((d + kWarp - 1) / kWarp),
+                      static_cast<unsigned>((nrows + kByRowWarps - 1) / kByRowWarps));
+      launch_chained(scatter_by_row_kernel<T, I>, grid, kByRowWarps * kWarp, ctx.stream, mdata<T>(dst), cdata<I>(ids),
+                     cdata<T>(rows), static_cast<int>(b), d, nrows, overwrite, true,
+                     ctx.error_site("gather_backward", nrows, d));
     });
   });
 }

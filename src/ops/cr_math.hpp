@@ -150,20 +150,10 @@ TG_HD inline double cr_exp(double x) {
   return std::ldexp(p.hi, ki);  // exact scaling; overflows to inf exactly when the rounded value does
 }
 
-// The coefficients of cr_log's series: 1/(2j + 1) as double-doubles, j = 0 .. kLogTerms - 1.
-// Computing them is most of cr_log's time and they never change, so a caller that takes many logs
-// (a kernel: one per row) may compute them once, in parallel, and pass them in; the result is the
-// same bits either way.
-constexpr int kLogTerms = 23;
-TG_HD inline cr_detail::DD log_series_coefficient(int j) {
-  return cr_detail::div(cr_detail::DD{1.0, 0.0}, 2.0 * j + 1.0);
-}
-
 // log(x) rounded to nearest. x = m 2^e with m in [sqrt(1/2), sqrt(2)); log m = 2 atanh(s),
 // s = (m - 1)/(m + 1), |s| <= 0.172, by the series 2s(1 + s^2/3 + s^4/5 + ... + s^44/45),
-// whose truncation is below 2^-112; then e ln2 + log m. `coefficients`: null, or the kLogTerms
-// values of log_series_coefficient.
-TG_HD inline double cr_log(double x, const cr_detail::DD* coefficients = nullptr) {
+// whose truncation is below 2^-112; then e ln2 + log m.
+TG_HD inline double cr_log(double x) {
   using namespace cr_detail;
   if (x != x) return x + x;             // nan
   if (x < 0.0) return from_bits(kNanBits);  // log of a negative number
@@ -184,9 +174,8 @@ TG_HD inline double cr_log(double x, const cr_detail::DD* coefficients = nullptr
   if (e == 0 && m == 1.0) return 0.0;
   const DD s = div(DD{m - 1.0, 0.0}, two_sum(m, 1.0));  // m - 1 is exact (Sterbenz)
   const DD t = mul(s, s);
-  DD series = coefficients ? coefficients[kLogTerms - 1] : log_series_coefficient(kLogTerms - 1);  // 1/45
-  for (int j = kLogTerms - 2; j >= 0; --j)
-    series = add(mul(series, t), coefficients ? coefficients[j] : log_series_coefficient(j));
+  DD series = div(DD{1.0, 0.0}, 45.0);
+  for (int j = 21; j >= 0; --j) series = add(mul(series, t), div(DD{1.0, 0.0}, 2.0 * j + 1.0));
   const DD log_m = mul(mul(s, series), 2.0);
   return add(k_ln2(static_cast<double>(e)), log_m).hi;
 }

@@ -123,17 +123,13 @@ void sgd_step(Tensor& param, const Tensor& grad, double lr) {
   TG_DISPATCH("sgd", sgd_step(param, grad, lr), &param, &grad);
 }
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s) {
-  if (s.device_step_scalars && param.device().is_cpu())
-    throw Error("[adamw] device step scalars are for CUDA graphs; a CPU parameter takes its scalars as arguments");
-  TG_DISPATCH("adamw", adamw_step(param, grad, m, v, s), &param, &grad, &m, &v);
+  adamw_step_many({{&param, &grad, &m, &v}}, s);
 }
 void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s) {
   if (slots.empty()) return;
-  std::vector<const Tensor*> all;
-  for (const AdamWSlot& slot : slots) all.insert(all.end(), {slot.param, slot.grad, slot.m, slot.v});
-  const Tensor* first = all.front();
-  for (const Tensor* t : all)  // one device for all: name the first two that differ
-    if (!(t->device() == first->device())) (void)common_device("adamw", {first, t});
+  const Tensor* first = slots.front().param;
+  for (const AdamWSlot& slot : slots)  // one device for all, or an error naming the two
+    (void)common_device("adamw", {first, slot.param, slot.grad, slot.m, slot.v});
   if (first->device().is_cpu()) {
     if (s.device_step_scalars)
       throw Error("[adamw] device step scalars are for CUDA graphs; a CPU parameter takes its scalars as arguments");

@@ -163,6 +163,25 @@ TEST_CASE("hyperparameters out of range and non-f32 parameters are refused by na
                        Error);
 }
 
+// The step schedule is for captured CUDA graphs (tests/cuda replays it); on the CPU its errors.
+TEST_CASE("a step schedule: slots asked for before they exist, and CPU parameters, are refused by message") {
+  Graph g;
+  Var w = g.parameter(Tensor::zeros(Shape{2}, DType::f32));
+  optim::AdamW adamw({w}, bob_config());
+  CHECK_THROWS_WITH_AS(adamw.scheduled_step(0),
+                       "[adamw] scheduled_step(0) needs a step schedule with slot 0; call write_schedule first", Error);
+  adamw.write_schedule(0, 2);
+  CHECK_THROWS_WITH_AS(adamw.write_schedule(0, 3),
+                       "[adamw] the step schedule has 2 slots (a captured graph reads them, so it does not grow); 3 "
+                       "were asked for",
+                       Error);
+  set_gradients(g, {{w, {1.0f, -1.0f}}});
+  CHECK_THROWS_WITH_AS(adamw.scheduled_step(1),
+                       "[adamw] device step scalars are for CUDA graphs; a CPU parameter takes its scalars as arguments",
+                       Error);
+  CHECK(values(w.value()) == std::vector<float>{0.0f, 0.0f});  // refused before anything moved
+}
+
 TEST_CASE("the CPU kernel gives the reference loop's bits on every kind of element, vector path included") {
   // Random elements, blocks of all-zero gradient and moments (the vector path's zero fast path),
   // and specials: -0, subnormals, huge values, infinities and a NaN in any one input.
