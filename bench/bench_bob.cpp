@@ -44,6 +44,28 @@ void BM_BobUpdateFirst30(benchmark::State& state) {
 }
 BENCHMARK(BM_BobUpdateFirst30)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
+// The first 30 updates again, split by phase: forward (gather + cross-entropy, recording the
+// tape), backward (the engine: the seed, cross-entropy's backward, the scatter into dW) and AdamW,
+// as counters in us per update.
+void BM_BobUpdatePhases(benchmark::State& state) {
+  bob::Model model = make_model();
+  const tapegrad::io::Checkpoint seed = model.state();
+  bob::Model::PhaseTimes times;
+  int64_t updates = 0;
+  for (auto _ : state) {
+    model.load(seed);
+    const auto start = std::chrono::steady_clock::now();
+    for (int k = 0; k < 30; ++k) benchmark::DoNotOptimize(model.update(false, "", &times).raw_data());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 30);
+    updates += 30;
+  }
+  const double n = static_cast<double>(std::max<int64_t>(updates, 1));
+  state.counters["forward_us"] = times.forward_us / n;
+  state.counters["backward_us"] = times.backward_us / n;
+  state.counters["adamw_us"] = times.optimizer_us / n;
+}
+BENCHMARK(BM_BobUpdatePhases)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
 void BM_BobLoss(benchmark::State& state) {
   bob::Model model = make_model();
   for (auto _ : state) benchmark::DoNotOptimize(model.loss().raw_data());

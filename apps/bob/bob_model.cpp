@@ -2,6 +2,8 @@
 // byte-level comparison of two checkpoints that verify-resume reports.
 #include "bob_model.hpp"
 
+#include <chrono>
+
 #include <bit>
 #include <charconv>
 #include <cmath>
@@ -114,11 +116,18 @@ Var Model::forward() {
   return ops::cross_entropy(logits, graph_.input(y_));  // (): mean over the 256 examples
 }
 
-Tensor Model::forward_backward(bool overwrite_bug, const std::string& dump_tape) {
+Tensor Model::forward_backward(bool overwrite_bug, const std::string& dump_tape, PhaseTimes* times) {
+  using clock = std::chrono::steady_clock;
+  const auto start = times ? clock::now() : clock::time_point{};
   graph_.zero_grad();
   Var loss = forward();
+  const auto forwarded = times ? clock::now() : clock::time_point{};
   tapegrad::BackwardRecord record;
   graph_.backward(loss, {.overwrite_bug = overwrite_bug, .record = dump_tape.empty() ? nullptr : &record});
+  if (times) {
+    times->forward_us += std::chrono::duration<double, std::micro>(forwarded - start).count();
+    times->backward_us += std::chrono::duration<double, std::micro>(clock::now() - forwarded).count();
+  }
   if (!dump_tape.empty()) {  // dW: rows of repeated bytes accumulate (or, in the bug mode, overwrite)
     std::vector<std::string> bytes;  // row names: 'a' for printable bytes, 0x0a otherwise
     for (int64_t b = 0; b < vocabulary; ++b) {
@@ -136,9 +145,12 @@ Tensor Model::forward_backward(bool overwrite_bug, const std::string& dump_tape)
   return loss.value();
 }
 
-Tensor Model::update(bool overwrite_bug, const std::string& dump_tape) {
-  Tensor loss = forward_backward(overwrite_bug, dump_tape);
+Tensor Model::update(bool overwrite_bug, const std::string& dump_tape, PhaseTimes* times) {
+  Tensor loss = forward_backward(overwrite_bug, dump_tape, times);
+  const auto start = times ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   adamw_.step();
+  if (times)
+    times->optimizer_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   return loss;
 }
 

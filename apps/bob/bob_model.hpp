@@ -59,7 +59,11 @@ class Model {
   // asked), AdamW. Returns the forward pass's loss, a shape () tensor on the model's device.
   // With dump_tape, the update's tape (values, every gradient contribution, W's gradient) is
   // written there before AdamW changes W (apps/tape reads it).
-  Tensor update(bool overwrite_bug = false, const std::string& dump_tape = "");
+  // With `times`, each phase's wall time is added to it (bench/bench_bob.cpp's split).
+  struct PhaseTimes {
+    double forward_us = 0, backward_us = 0, optimizer_us = 0;
+  };
+  Tensor update(bool overwrite_bug = false, const std::string& dump_tape = "", PhaseTimes* times = nullptr);
   // n updates, an invocation's worth. With graphs on (the default on a CUDA device) the first call
   // captures n updates as one CUDA graph and every call replays it, with AdamW's step scalars
   // written to the device before each replay (Note [bob's updates as one graph]); otherwise it is
@@ -81,7 +85,7 @@ class Model {
  private:
   tapegrad::Var forward();  // records logits = W[x] and the mean cross-entropy; returns the loss
   // zero_grad, forward, backward (and the tape dump when asked); returns the loss. No optimizer.
-  Tensor forward_backward(bool overwrite_bug, const std::string& dump_tape);
+  Tensor forward_backward(bool overwrite_bug, const std::string& dump_tape, PhaseTimes* times = nullptr);
 
   tapegrad::Graph graph_;
   tapegrad::Var w_;   // (256, 256) f32: row b holds the next-byte logits after byte b
