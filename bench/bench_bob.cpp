@@ -6,8 +6,8 @@
 // BM_BobUpdate: one full update exactly as `bob train` makes it (forward, backward through the
 // engine, AdamW) on the record of the built-in corpus, run for as long as the benchmark runs
 // (thousands of updates: a sharply trained table). BM_BobUpdateFirst30: the first 30 updates
-// from the seed, the ones `bob` makes, timed per update. The others split
-// an update: BM_BobLoss is the
+// from the seed, the ones `bob` makes, timed per update; BM_BobUpdatePhases the same updates with
+// counters for the forward, the backward and AdamW. The others split an update: BM_BobLoss is the
 // forward alone (gather + cross-entropy, no tape), BM_BobAdamW the optimizer alone on a [256, 256]
 // table. bench/bob_invocations.sh times whole `bob train` processes.
 #include <benchmark/benchmark.h>

@@ -2,10 +2,9 @@
 // byte-level comparison of two checkpoints that verify-resume reports.
 #include "bob_model.hpp"
 
-#include <chrono>
-
 #include <bit>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 

@@ -340,7 +340,7 @@ TEST_CASE("[gpu] softmax and cross-entropy, forward and backward") {
       if (t == DType::f64) check_ulps(a, b, 4, what);  // exact sums; exp/log within an ulp (check_ulps)
       else check_close(a, b, tol, what);
     };
-    for (int64_t m : {1, 5, 40, 300, 700}) {  // 700: longer than a warp's registers hold (the re-reading path)
+    for (int64_t m : {1, 5, 40, 256, 257, 300, 700}) {  // 256, 257: the 8-column row cache and past it; 700: longer than a warp's registers hold (the re-reading path)
       const std::string sm = " m=" + std::to_string(m);
       std::vector<Tensor> args{random(Shape{6, m}, t, -8.0, 8.0), poisoned(Shape{6, m}, t)};
       auto back = run_both(args, [](std::vector<Tensor>& a) { kernels::softmax_rows(a[0], a[1]); });
