@@ -59,7 +59,8 @@ class Model {
   // asked), AdamW. Returns the forward pass's loss, a shape () tensor on the model's device.
   // With dump_tape, the update's tape (values, every gradient contribution, W's gradient) is
   // written there before AdamW changes W (apps/tape reads it).
-  // With `times`, each phase's wall time is added to it (bench/bench_bob.cpp's split).
+  // With `times`, each phase's host wall time is added to it (bench/bench_bob.cpp's split; on a
+  // CUDA device that is the time to enqueue the phase, not to run it).
   struct PhaseTimes {
     double forward_us = 0, backward_us = 0, optimizer_us = 0;
   };
