@@ -86,12 +86,7 @@ void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overw
   TG_DISPATCH("gather_backward", scatter_rows(dst, ids, rows, overwrite), &dst, &ids, &rows);
 }
 void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite) {
-  if (common_device("gather_backward", {&dst, &ids, &rows}).is_cpu()) return cpu::scatter_rows_fresh(dst, ids, rows, overwrite);
-#if TAPEGRAD_WITH_CUDA
-  cuda::scatter_rows_fresh(dst, ids, rows, overwrite);
-#else
-  throw DeviceError("[gather_backward] this tapegrad was built without CUDA");
-#endif
+  TG_DISPATCH("gather_backward", scatter_rows_fresh(dst, ids, rows, overwrite), &dst, &ids, &rows);
 }
 void softmax_rows(const Tensor& x, Tensor& y) { TG_DISPATCH("softmax", softmax_rows(x, y), &x, &y); }
 void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {

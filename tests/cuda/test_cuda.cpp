@@ -20,6 +20,7 @@
 #include "cuda/cuda.hpp"
 #include "cuda/exact_sum.cuh"
 #include "graph/graph.hpp"
+#include "messages.hpp"
 #include "ops/cpu/exact_sum.hpp"
 #include "ops/cr_math.hpp"
 #include "ops/kernels.hpp"
@@ -119,14 +120,7 @@ void check_close(const Tensor& cpu, const Tensor& gpu, double tol, const std::st
 const char* name(DType t) { return dtype_name(t); }
 constexpr DType kFloats[] = {DType::f64, DType::f32};
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::message_of;
 
 }  // namespace
 

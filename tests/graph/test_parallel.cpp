@@ -12,6 +12,7 @@
 
 #include "graph/error.hpp"
 #include "graph/parallel.hpp"
+#include "messages.hpp"
 
 using namespace tapegrad;
 
@@ -40,14 +41,7 @@ struct Env {
   std::string before;
 };
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::message_of;
 
 }  // namespace
 
@@ -144,9 +138,9 @@ TEST_CASE("set_num_threads changes the count, refuses what is not 1 to 1024") {
   CHECK(num_threads() == 1);
   set_num_threads(5);
   CHECK(num_threads() == 5);
-  CHECK(error_of([] { set_num_threads(0); }) ==
+  CHECK(message_of([] { set_num_threads(0); }) ==
         "[threads] set_num_threads(0): the thread count must be from 1 to 1024");
-  CHECK(error_of([] { set_num_threads(1025); }) ==
+  CHECK(message_of([] { set_num_threads(1025); }) ==
         "[threads] set_num_threads(1025): the thread count must be from 1 to 1024");
   CHECK(num_threads() == 5);
 }
@@ -167,7 +161,7 @@ TEST_CASE("TAPEGRAD_NUM_THREADS sets the default; a bad value names the variable
   for (const char* bad : {"0", "-2", "two", "4 ", "1025", "99999999999999999999"}) {
     CAPTURE(bad);
     Env env("TAPEGRAD_NUM_THREADS", bad);
-    const std::string message = error_of([] { default_num_threads(); });
+    const std::string message = message_of([] { default_num_threads(); });
     CHECK(message.find(std::string("[threads] TAPEGRAD_NUM_THREADS must be a whole number from 1 to 1024, got \"") +
                        bad + "\"; unset it to use every core") == 0);
   }

@@ -20,6 +20,7 @@
 #include "cuda/common.cuh"
 #include "cuda/value_embed.hpp"
 #include "graph/graph.hpp"
+#include "messages.hpp"
 #include "ops/ops.hpp"
 #include "ops/value_embed.hpp"
 #include "ops/value_embed_kernels.hpp"
@@ -44,14 +45,7 @@ Tensor poisoned(const Shape& s, DType t) {
                               s, t);
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::message_of;
 
 // The same bytes; else the first differing element.
 void check_bits(const Tensor& cpu, const Tensor& gpu, const std::string& what) {
