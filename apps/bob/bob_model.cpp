@@ -90,8 +90,7 @@ void Model::load(const io::Checkpoint& checkpoint) {
   const Shape shape{vocabulary, vocabulary};
   Tensor w = w_.value();
   w.copy_from(Tensor::from_vector(checkpoint.planes[0], shape));
-  adamw_.m(0).copy_from(Tensor::from_vector(checkpoint.planes[1], shape));
-  adamw_.v(0).copy_from(Tensor::from_vector(checkpoint.planes[2], shape));
+  adamw_.set_moments(0, Tensor::from_vector(checkpoint.planes[1], shape), Tensor::from_vector(checkpoint.planes[2], shape));
   adamw_.set_step_count(checkpoint.step);
 }
 

@@ -11,6 +11,8 @@
 // step's reference reproduces the bug with `accumulate=False`; tests/graph checks both places.
 #include "graph/graph.hpp"
 
+#include <cstring>
+
 #include "ops/kernels.hpp"
 
 namespace tapegrad {
@@ -41,6 +43,11 @@ Graph& Var::graph() const {
 }
 const Tensor& Var::value() const { return graph().checked(*this).data; }
 const Tensor& Var::grad() const { return graph().checked(*this).grad; }
+const uint8_t* Var::grad_rows() const {
+  const Value& v = graph().checked(*this);
+  const bool current = v.grad.defined() && !v.grad_rows.empty() && v.grad_rows_of == v.grad.raw_data();
+  return current ? v.grad_rows.data() : nullptr;
+}
 bool Var::requires_grad() const { return graph().checked(*this).requires_grad; }
 const std::string& Var::label() const { return graph().checked(*this).label; }
 Var& Var::label(std::string name) {
@@ -120,7 +127,17 @@ Var Graph::record(const char* op, Tensor out, std::initializer_list<Var> inputs,
 }
 
 void Graph::zero_grad() {
-  for (size_t i = 0; i < params_.size(); ++i) params_[i].grad = Tensor();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Value& p = params_[i];
+    // a row-wise gradient nothing else holds: kept, with the rows it may have written
+    if (p.grad.defined() && p.grad.unique() && !p.grad_rows.empty() && p.grad_rows_of == p.grad.raw_data()) {
+      p.spare_grad = std::move(p.grad);
+      p.spare_rows = std::move(p.grad_rows);
+    }
+    p.grad = Tensor();
+    p.grad_rows.clear();
+    p.grad_rows_of = nullptr;
+  }
 }
 
 void Graph::clear() {
@@ -208,6 +225,7 @@ void BackwardContext::accumulate(int k, const Tensor& contribution) {
   check_contribution(node_->op, k, target.data, contribution, "a gradient");
 
   GradEvent ev;
+  target.grad_rows.clear();  // a dense contribution: any row may be nonzero
   if (!target.grad.defined()) {
     target.grad = contribution;
     ev.kind = GradEvent::Kind::set;
@@ -279,13 +297,47 @@ void BackwardContext::accumulate_rows(int k, const Tensor& ids, const Tensor& ro
     }
   }
 
-  if (!target.grad.defined()) {  // the first contribution: zeros and the scatter in one pass where a device can
+  // Note [row-wise gradients]
+  // A gradient made only of rows (a gather's backward) is +0 outside the rows its ids name. With
+  // host ids the engine keeps one flag per row saying which rows may be nonzero (Value::grad_rows),
+  // which optimizers use to skip the rest (AdamW reads neither the gradient nor the moments of a
+  // row that is zero in all three: Note [adamw zero blocks]). And zero_grad() keeps such a
+  // gradient's buffer when nothing else holds it, so the next row-wise gradient zeroes only the
+  // rows the last one wrote instead of the whole table, then adds into it: the bits zeros and a
+  // scatter give. Both rest on the rule that a gradient's bytes are written only by the engine (a
+  // transform of a gradient makes a new tensor); a gradient assigned anew loses its flags
+  // (grad_rows_of), and one held elsewhere is not reused.
+  const bool host = ids.device().is_cpu() && table.device().is_cpu();
+  const bool first = !target.grad.defined();
+  if (first && host && target.spare_grad.defined() && target.spare_grad.unique() &&
+      target.spare_grad.shape() == table.shape() && target.spare_grad.dtype() == table.dtype() &&
+      target.spare_rows.size() == static_cast<size_t>(table.dim(0))) {
+    Tensor spare = std::move(target.spare_grad);
+    const size_t row_bytes = static_cast<size_t>(table.dim(1)) * dtype_size(table.dtype());
+    char* bytes = static_cast<char*>(spare.raw_data());
+    for (size_t r = 0; r < target.spare_rows.size(); ++r)
+      if (target.spare_rows[r]) std::memset(bytes + r * row_bytes, 0, row_bytes);
+    kernels::scatter_rows(spare, ids, rows, options_.overwrite_bug);  // checks the ids first
+    target.grad = std::move(spare);
+  } else if (first) {  // zeros and the scatter in one pass where a device can
     target.grad = Tensor::empty(table.shape(), table.dtype(), table.device());
     kernels::scatter_rows_fresh(target.grad, ids, rows, options_.overwrite_bug);
   } else {
     make_private(target.grad);
     kernels::scatter_rows(target.grad, ids, rows, options_.overwrite_bug);
   }
+  target.spare_grad = Tensor();
+  target.spare_rows.clear();
+  if (first && host) target.grad_rows.assign(static_cast<size_t>(table.dim(0)), 0);
+  if (!host) target.grad_rows.clear();
+  if (!target.grad_rows.empty()) {  // the ids are in range: the scatter checked them
+    for (int64_t i = 0; i < ids.numel(); ++i) {
+      const int64_t r = ids.dtype() == DType::i32 ? int64_t{static_cast<const int32_t*>(ids.raw_data())[i]}
+                                                 : static_cast<const int64_t*>(ids.raw_data())[i];
+      target.grad_rows[static_cast<size_t>(r)] = 1;
+    }
+  }
+  target.grad_rows_of = target.grad.raw_data();
 }
 
 }  // namespace tapegrad

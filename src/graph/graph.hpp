@@ -39,6 +39,10 @@ class Var {
   bool defined() const { return g_ != nullptr; }
   const Tensor& value() const;
   const Tensor& grad() const;  // undefined Tensor when no gradient reached it
+  // For a gradient made only of rows (a gather's backward, host ids): a flag per row of grad(), 1
+  // where the row may be nonzero; every other row is +0. nullptr when not known. Optimizers may
+  // skip the zero rows (Note [row-wise gradients] in graph.cpp).
+  const uint8_t* grad_rows() const;
   const Shape& shape() const { return value().shape(); }
   DType dtype() const { return value().dtype(); }
   Device device() const { return value().device(); }
@@ -61,6 +65,20 @@ struct Value {
   bool requires_grad = false;
   uint64_t serial = 0;
   std::string label;
+  // Optional, host (n,) i32, set by the op that made a 2-d value whose rows repeat (gather): row i
+  // holds exactly the bits of row row_copies[i], the first row of its kind (row_copies[i] <= i,
+  // and a first row names itself). Ops may use it instead of comparing rows (Note [repeated rows]);
+  // it relies on the tape's rule that a recorded value is never written afterwards.
+  Tensor row_copies;
+  // Row-wise gradients (Note [row-wise gradients] in graph.cpp). grad_rows: when grad came only
+  // from accumulate_rows with host ids, one flag per row of grad, 1 where the row may be nonzero
+  // (every other row is +0); empty when unknown. grad_rows_of: the bytes those flags describe.
+  // spare_grad, spare_rows: a parameter's last row-wise gradient, kept by zero_grad when nothing
+  // else holds it, and its flags; the next row-wise gradient reuses it, zeroing just those rows.
+  std::vector<uint8_t> grad_rows;
+  const void* grad_rows_of = nullptr;
+  Tensor spare_grad;
+  std::vector<uint8_t> spare_rows;
 };
 
 using BackwardFn = void (*)(BackwardContext&);

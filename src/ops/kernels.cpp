@@ -92,27 +92,45 @@ void softmax_rows(const Tensor& x, Tensor& y) { TG_DISPATCH("softmax", softmax_r
 void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   TG_DISPATCH("softmax_backward", softmax_rows_backward(y, dy, dx), &y, &dy, &dx);
 }
-void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses) {
-  TG_DISPATCH("cross_entropy", cross_entropy(logits, targets, probs, losses), &logits, &targets, &probs, &losses);
+void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses, Tensor* prob_rows,
+                   const Tensor& row_copies) {
+  if (prob_rows) *prob_rows = Tensor();
+  if (common_device("cross_entropy", {&logits, &targets, &probs, &losses}).is_cpu())
+    return cpu::cross_entropy(logits, targets, probs, losses, prob_rows, row_copies);
+#if TAPEGRAD_WITH_CUDA
+  if (!probs.defined()) probs = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
+  cuda::cross_entropy(logits, targets, probs, losses);
+#else
+  throw DeviceError("[cross_entropy] this tapegrad was built without CUDA");
+#endif
 }
 void cross_entropy_reduced(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses, Tensor& out,
-                           bool mean) {
+                           bool mean, Tensor* prob_rows, const Tensor& row_copies) {
+  if (prob_rows) *prob_rows = Tensor();
   if (common_device("cross_entropy", {&logits, &targets, &probs, &losses, &out}).is_cpu()) {
-    cpu::cross_entropy(logits, targets, probs, losses);
+    cpu::cross_entropy(logits, targets, probs, losses, prob_rows, row_copies);
     if (mean) cpu::mean_all(losses, out);
     else cpu::sum_all(losses, out);
     return;
   }
 #if TAPEGRAD_WITH_CUDA
+  if (!probs.defined()) probs = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   cuda::cross_entropy_reduced(logits, targets, probs, losses, out, mean);
 #else
   throw DeviceError("[cross_entropy] this tapegrad was built without CUDA");
 #endif
 }
 void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dloss, double divisor,
-                            Tensor& dlogits) {
-  TG_DISPATCH("cross_entropy_backward", cross_entropy_backward(probs, targets, dloss, divisor, dlogits), &probs,
-              &targets, &dloss, &dlogits);
+                            Tensor& dlogits, const Tensor& prob_rows) {
+  if (common_device("cross_entropy_backward", {&probs, &targets, &dloss, &dlogits, &prob_rows}).is_cpu())
+    return cpu::cross_entropy_backward(probs, prob_rows, targets, dloss, divisor, dlogits);
+#if TAPEGRAD_WITH_CUDA
+  if (prob_rows.defined())  // cuda::cross_entropy never makes a row map
+    throw Error("[cross_entropy_backward] CUDA takes probabilities of shape (B, V), not a row map");
+  cuda::cross_entropy_backward(probs, targets, dloss, divisor, dlogits);
+#else
+  throw DeviceError("[cross_entropy_backward] this tapegrad was built without CUDA");
+#endif
 }
 void sgd_step(Tensor& param, const Tensor& grad, double lr) {
   TG_DISPATCH("sgd", sgd_step(param, grad, lr), &param, &grad);
@@ -128,7 +146,8 @@ void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s)
   if (first->device().is_cpu()) {
     if (s.device_step_scalars)
       throw Error("[adamw] device step scalars are for CUDA graphs; a CPU parameter takes its scalars as arguments");
-    for (const AdamWSlot& slot : slots) cpu::adamw_step(*slot.param, *slot.grad, *slot.m, *slot.v, s);
+    for (const AdamWSlot& slot : slots)
+      cpu::adamw_step(*slot.param, *slot.grad, *slot.m, *slot.v, s, slot.zero_blocks, slot.grad_rows, slot.grad_row_elems);
     return;
   }
 #if TAPEGRAD_WITH_CUDA

@@ -57,15 +57,23 @@ void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool
 void softmax_rows(const Tensor& x, Tensor& y);                                  // (n, m), along m
 void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx);     // dx = y * (dy - sum(dy*y))
 // probs (B, V) = softmax(logits); losses (B,) = -log(probs[i, t_i]) (f64) or logsumexp - logit (f32).
-void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses);
+// probs may come undefined (it is then made here). With prob_rows, a device may save each distinct
+// logits row's probabilities once (CPU; Note [saved distinct rows] in cpu/rows.cpp): probs is then
+// (k, V), k < B, and *prob_rows (B,) i32 names each logits row's row of probs. Otherwise
+// *prob_rows is left undefined and probs is (B, V). row_copies, when defined, is the logits'
+// Value::row_copies (host (B,) i32, graph.hpp): which rows are copies of which, so the CPU need
+// not compare rows to find them.
+void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses,
+                   Tensor* prob_rows = nullptr, const Tensor& row_copies = Tensor());
 // cross_entropy, then out () = mean_all(losses) (mean) or sum_all(losses), with their arithmetic;
 // one launch where a device fuses the two (CUDA, f32).
 void cross_entropy_reduced(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses, Tensor& out,
-                           bool mean);
-// dlogits[i, j] = ((probs[i, j] - [j == t_i]) / divisor) * g, g = dloss (shape ()) or dloss[i] (shape (B,)).
-// dlogits may be probs itself (each element is read before it is written).
+                           bool mean, Tensor* prob_rows = nullptr, const Tensor& row_copies = Tensor());
+// dlogits (B, V)[i, j] = ((probs[r_i, j] - [j == t_i]) / divisor) * g, g = dloss (shape ()) or
+// dloss[i] (shape (B,)); r_i = prob_rows[i] when cross_entropy made that map, else i. Without a
+// map dlogits may be probs itself (each element is read before it is written).
 void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dloss, double divisor,
-                            Tensor& dlogits);
+                            Tensor& dlogits, const Tensor& prob_rows = Tensor());
 
 // ---- optimizer updates, in place
 void sgd_step(Tensor& param, const Tensor& grad, double lr);  // p = p - lr * g
@@ -86,7 +94,15 @@ struct AdamWSlot {
   const Tensor* grad;
   Tensor* m;
   Tensor* v;
+  // CPU, optional: one flag per block of adamw_zero_block elements, 1 where m and v are known to
+  // be all +0; the kernel reads and updates them (Note [adamw zero blocks] in cpu/elementwise.cpp).
+  uint8_t* zero_blocks = nullptr;
+  // Optional: the gradient's row flags (Var::grad_rows), rows of grad_row_elems elements each; a
+  // row flagged 0 is all +0 and need not be read.
+  const uint8_t* grad_rows = nullptr;
+  int64_t grad_row_elems = 0;
 };
+inline constexpr int64_t adamw_zero_block = 256;
 void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s);
 
 }  // namespace tapegrad::kernels

@@ -2,6 +2,7 @@
 // parameter.
 #include "optim/adamw.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -41,7 +42,15 @@ AdamW::AdamW(std::vector<Var> params, AdamWConfig config) : params_(std::move(pa
                   dtype_name(p.dtype()) + "; AdamW's arithmetic is fp32 (spec/bob.md), so parameters must be f32");
     m_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
     v_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
+    const int64_t blocks = (p.numel() + kernels::adamw_zero_block - 1) / kernels::adamw_zero_block;
+    zero_blocks_.emplace_back(p.device().is_cpu() ? static_cast<size_t>(blocks) : 0, uint8_t{1});  // zeros so far
   }
+}
+
+void AdamW::set_moments(size_t k, const Tensor& m, const Tensor& v) {
+  m_.at(k).copy_from(m);
+  v_.at(k).copy_from(v);
+  std::fill(zero_blocks_[k].begin(), zero_blocks_[k].end(), uint8_t{0});  // unknown until the next update
 }
 
 kernels::AdamWScalars AdamW::scalars(uint64_t t) const {
@@ -111,7 +120,9 @@ void AdamW::update_all(const kernels::AdamWScalars& s) {
     std::vector<kernels::AdamWSlot> slots;
     for (size_t k = first; k < params_.size(); ++k) {
       if (done[k] || !params_[k].grad().defined() || !(values[k].device() == values[first].device())) continue;
-      slots.push_back({&values[k], &params_[k].grad(), &m_[k], &v_[k]});
+      const Tensor& grad = params_[k].grad();
+      slots.push_back({&values[k], &grad, &m_[k], &v_[k], zero_blocks_[k].empty() ? nullptr : zero_blocks_[k].data(),
+                       params_[k].grad_rows(), grad.ndim() > 0 && grad.dim(0) > 0 ? grad.numel() / grad.dim(0) : 0});
       done[k] = true;
     }
     kernels::adamw_step_many(slots, s);

@@ -44,13 +44,15 @@ class AdamW {
   kernels::AdamWScalars scalars(uint64_t t) const;
 
   // ---- state, for checkpoints: the step count and parameter k's moments (same shape and device
-  // as the parameter; write into them with Tensor::copy_from).
+  // as the parameter). Write the moments only through set_moments: on the CPU the optimizer keeps
+  // track of where they are zero (Note [adamw zero blocks] in src/ops/cpu/elementwise.cpp), and a
+  // write behind its back would leave that out of date.
   uint64_t step_count() const { return t_; }
   void set_step_count(uint64_t t) { t_ = t; }
   const Tensor& m(size_t k) const { return m_.at(k); }
   const Tensor& v(size_t k) const { return v_.at(k); }
-  Tensor& m(size_t k) { return m_.at(k); }
-  Tensor& v(size_t k) { return v_.at(k); }
+  // Copies m and v (parameter k's shape and dtype, any device) into parameter k's moments.
+  void set_moments(size_t k, const Tensor& m, const Tensor& v);
 
   // ---- CUDA graphs (Note [AdamW in a captured graph] in adamw.cpp)
   // Writes the step scalars of updates t+1 .. t+n into slots 0 .. n-1 of a table on the
@@ -69,6 +71,9 @@ class AdamW {
   std::vector<Var> params_;
   AdamWConfig config_;
   std::vector<Tensor> m_, v_;
+  // per CPU parameter, a flag per block of kernels::adamw_zero_block elements: 1 where m and v are
+  // known to be all +0 (empty for parameters on other devices)
+  std::vector<std::vector<uint8_t>> zero_blocks_;
   uint64_t t_ = 0;
   Tensor schedule_;  // (slots, 2) f32 on the parameters' device: (step_size, bc2_sqrt) per slot
 

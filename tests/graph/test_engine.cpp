@@ -4,6 +4,7 @@
 
 #include "graph/gradcheck.hpp"
 #include "graph/graph.hpp"
+#include "ops/kernels.hpp"
 #include "ops/ops.hpp"
 
 using namespace tapegrad;
@@ -192,18 +193,59 @@ TEST_CASE("a reference taken from value() stays valid while later values are rec
   CHECK(held.shape() == Shape{2});
 }
 
+TEST_CASE("cross_entropy saves repeated rows' probabilities once, with a map, and its gradient is the dense one") {
+  // logits rows 0, 2 and 3 are copies of table row 1: three distinct rows of probabilities
+  const Tensor table_values =
+      Tensor::from_vector(std::vector<float>{0.5f, -1.0f, 2.0f, 0.25f, -0.5f, 1.5f, 3.0f, 0.0f, -2.0f}, Shape{3, 3});
+  const Tensor ids = i32({1, 0, 1, 1, 2}), targets = i32({2, 0, 1, 2, 0});
+  for (const ops::Reduction reduction : {ops::Reduction::mean, ops::Reduction::sum, ops::Reduction::none}) {
+    CAPTURE(static_cast<int>(reduction));
+    Graph g;
+    Var table = g.parameter(table_values.clone());
+    Var logits = ops::gather(table, g.input(ids));
+    Var losses = ops::cross_entropy(logits, g.input(targets), reduction);
+    const Tensor saved_probs = g.nodes().back().saved[0], prob_rows = g.nodes().back().saved[1];
+    REQUIRE(saved_probs.shape() == Shape{3, 3});
+    REQUIRE(prob_rows.shape() == Shape{5});
+    CHECK(prob_rows.to_doubles() == std::vector<double>{0, 1, 0, 0, 2});
+    // with Reduction::none, rows weighted 1..5 (each row's dloss its weight); otherwise dloss = 1
+    const Tensor weights = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5}, Shape{5});
+    Var loss = reduction == ops::Reduction::none ? ops::sum(ops::mul(losses, g.input(weights))) : losses;
+
+    // the reference: every row computed and saved, dlogits from (B, V) probabilities
+    Tensor probs = Tensor::empty(Shape{5, 3}, DType::f32, Device::cpu());
+    Tensor row_losses = Tensor::empty(Shape{5}, DType::f32, Device::cpu());
+    kernels::cross_entropy(logits.value(), targets, probs, row_losses);
+    const Tensor dloss = reduction == ops::Reduction::none ? weights : Tensor::from_vector(std::vector<float>{1}, Shape{});
+    Tensor want = Tensor::empty(Shape{5, 3}, DType::f32, Device::cpu());
+    kernels::cross_entropy_backward(probs, targets, dloss, reduction == ops::Reduction::mean ? 5.0 : 1.0, want);
+    if (reduction == ops::Reduction::none) CHECK(losses.value().to_doubles() == row_losses.to_doubles());
+    const std::vector<double> p = probs.to_doubles(), saved = saved_probs.to_doubles();
+    for (size_t j = 0; j < 3; ++j) {
+      CHECK(saved[j] == p[j]);           // distinct row 0 is logits row 0
+      CHECK(saved[3 + j] == p[3 + j]);   // 1 is logits row 1
+      CHECK(saved[6 + j] == p[12 + j]);  // 2 is logits row 4
+    }
+    g.backward(loss);
+    CHECK(logits.grad().to_doubles() == want.to_doubles());
+  }
+}
+
 TEST_CASE("cross_entropy's backward writes over its saved probabilities only when nothing else needs them") {
   struct Run {
     Graph g;
     Var table, logits, loss;
     Run() {
-      table = g.parameter(Tensor::from_vector(std::vector<float>{0.5f, -1.0f, 2.0f, 0.25f, -0.5f, 1.5f}, Shape{2, 3}));
-      logits = ops::gather(table, g.input(i32({1, 0, 1, 1})));
+      table = g.parameter(Tensor::from_vector(
+          std::vector<float>{0.5f, -1.0f, 2.0f, 0.25f, -0.5f, 1.5f, 3.0f, 0.0f, -2.0f, 1.0f, 1.0f, 0.75f}, Shape{4, 3}));
+      logits = ops::gather(table, g.input(i32({1, 0, 3, 2})));  // distinct rows: (B, V) probabilities, no map
       loss = ops::cross_entropy(logits, g.input(i32({2, 0, 1, 2})));
     }
     const Tensor& probs() { return g.nodes().back().saved[0]; }
   };
   Run plain;  // the tape is freed after the pass: the probabilities' buffer becomes dlogits
+  REQUIRE(plain.probs().shape() == Shape{4, 3});
+  CHECK(!plain.g.nodes().back().saved[1].defined());
   const void* probs_bytes = plain.probs().raw_data();
   plain.g.backward(plain.loss);
   CHECK(plain.logits.grad().raw_data() == probs_bytes);
@@ -221,4 +263,92 @@ TEST_CASE("cross_entropy's backward writes over its saved probabilities only whe
   shared.g.backward(shared.loss);
   CHECK(handle.to_doubles() == probs_before);
   CHECK(grad_of(shared.table) == want);
+}
+
+namespace {
+
+// A table's gradient from one backward of sum(gather(W, ids) * weights), in a graph of its own or
+// the one given (after zero_grad), with the overwrite-bug mode when asked.
+std::vector<double> rows_step(Graph& g, Var table, const std::vector<int32_t>& ids, bool bug = false) {
+  g.clear();
+  g.zero_grad();
+  const int64_t d = table.value().dim(1);
+  std::vector<float> w(ids.size() * static_cast<size_t>(d));
+  for (size_t k = 0; k < w.size(); ++k) w[k] = 0.25f * static_cast<float>(k % 7) - 0.5f;  // -0.5 .. 1, some zeros
+  Var rows = ops::gather(table, g.input(i32(ids)));
+  Var loss = ops::sum(ops::mul(rows, g.input(Tensor::from_vector(w, rows.shape()))));
+  g.backward(loss, {.overwrite_bug = bug});
+  return table.grad().to_doubles();
+}
+
+std::vector<double> fresh_rows_step(const Tensor& table_values, const std::vector<int32_t>& ids, bool bug = false) {
+  Graph g;
+  Var table = g.parameter(table_values.clone());
+  return rows_step(g, table, ids, bug);
+}
+
+}  // namespace
+
+TEST_CASE("gather's output says which rows are copies of which (Value::row_copies)") {
+  Graph g;
+  Var table = g.parameter(Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, Shape{3, 2}));
+  Var rows = ops::gather(table, g.input(i32({2, 0, 2, 2, 1, 0})));
+  CHECK(g.value(rows.id()).row_copies.to_doubles() == std::vector<double>{0, 1, 0, 0, 4, 1});
+  Var from64 = ops::gather(table, g.input(Tensor::from_vector(std::vector<int64_t>{1, 1, 0}, Shape{3})));
+  CHECK(g.value(from64.id()).row_copies.to_doubles() == std::vector<double>{0, 0, 2});
+  // a value no gather made has no such map; cross_entropy then finds the repeats by comparing rows
+  Var logits = g.parameter(Tensor::from_vector(std::vector<float>{1, 2, 3, 1, 2, 3, 0, 0, 1}, Shape{3, 3}));
+  CHECK(!g.value(logits.id()).row_copies.defined());
+  ops::cross_entropy(logits, g.input(i32({0, 1, 2})));
+  CHECK(g.nodes().back().saved[1].to_doubles() == std::vector<double>{0, 0, 1});
+  CHECK(g.nodes().back().saved[0].shape() == Shape{2, 3});
+}
+
+TEST_CASE("cross_entropy refuses a row_copies map that does not name earlier first rows") {
+  const Tensor logits = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, Shape{3, 2});
+  const Tensor targets = i32({0, 1, 0});
+  Tensor probs, losses = Tensor::empty(Shape{3}, DType::f32), rows;
+  CHECK_THROWS_WITH_AS(kernels::cross_entropy(logits, targets, probs, losses, &rows, i32({0, 2, 2})),
+                       "[cross_entropy] row_copies[1] = 2 does not name an earlier first row", Error);
+  CHECK_THROWS_WITH_AS(kernels::cross_entropy(logits, targets, probs, losses, &rows, i32({0, 0, 1})),
+                       "[cross_entropy] row_copies[2] = 1 does not name an earlier first row", Error);
+  CHECK_THROWS_WITH_AS(kernels::cross_entropy(logits, targets, probs, losses, &rows, i32({0, 0})),
+                       "[cross_entropy] row_copies must be host i32 (3,), got i32 (2,)", Error);
+}
+
+TEST_CASE("a row-wise gradient flags its rows, and the next one reuses its buffer with the same bits as a fresh one") {
+  std::vector<float> values(6 * 4);
+  for (size_t k = 0; k < values.size(); ++k) values[k] = 0.1f * static_cast<float>(k);
+  const Tensor table_values = Tensor::from_vector(values, Shape{6, 4});
+  for (const bool bug : {false, true}) {
+    CAPTURE(bug);
+    Graph g;
+    Var table = g.parameter(table_values.clone());
+    CHECK(rows_step(g, table, {1, 3, 1}, bug) == fresh_rows_step(table_values, {1, 3, 1}, bug));
+    REQUIRE(table.grad_rows() != nullptr);
+    CHECK(std::vector<uint8_t>(table.grad_rows(), table.grad_rows() + 6) == std::vector<uint8_t>{0, 1, 0, 1, 0, 0});
+    const void* buffer = table.grad().raw_data();
+    // rows 1 and 3 were written last time and are not now: they must read as zeros again
+    CHECK(rows_step(g, table, {0, 5, 0, 2}, bug) == fresh_rows_step(table_values, {0, 5, 0, 2}, bug));
+    CHECK(table.grad().raw_data() == buffer);  // the buffer was reused
+    CHECK(std::vector<uint8_t>(table.grad_rows(), table.grad_rows() + 6) == std::vector<uint8_t>{1, 0, 1, 0, 0, 1});
+
+    // a gradient someone still holds is not reused, and keeps its values
+    const Tensor held = table.grad();
+    const std::vector<double> held_values = held.to_doubles();
+    CHECK(rows_step(g, table, {4, 4}, bug) == fresh_rows_step(table_values, {4, 4}, bug));
+    CHECK(table.grad().raw_data() != held.raw_data());
+    CHECK(held.to_doubles() == held_values);
+  }
+}
+
+TEST_CASE("a dense contribution makes a row-wise gradient's rows unknown") {
+  Graph g;
+  Var table = g.parameter(Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, Shape{3, 2}));
+  Var loss = ops::add(ops::sum(ops::gather(table, g.input(i32({1})))), ops::sum(table));
+  g.backward(loss);
+  CHECK(table.grad_rows() == nullptr);
+  CHECK(table.grad().to_doubles() == std::vector<double>{1, 1, 2, 2, 1, 1});
+  // and the next row-wise gradient, with no spare kept, is made fresh
+  CHECK(rows_step(g, table, {2}) == std::vector<double>{0, 0, 0, 0, -0.5, -0.25});
 }

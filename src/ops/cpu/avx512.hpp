@@ -82,6 +82,34 @@ TG_AVX512 inline int64_t adamw_step(float* w, const float* g, float* m, float* v
 #endif
 }
 
+// w[j] = w[j] * s (AdamW's decay alone, on a block known to take the zero fast path).
+TG_AVX512 inline int64_t scale_in_place(float* w, int64_t n, float s) {
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+  const __m512 factor = _mm512_set1_ps(s);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(w + j, _mm512_mul_ps(_mm512_loadu_ps(w + j), factor));
+  return j;
+#else
+  (void)w, (void)n, (void)s;
+  return 0;
+#endif
+}
+
+// Whether the first n16 = n - n % 16 elements of each of a and b are all +0 (every bit clear);
+// the caller checks the rest.
+TG_AVX512 inline bool all_zero_bits(const float* a, const float* b, int64_t n) {
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+  __m512i any = _mm512_setzero_si512();
+  for (int64_t j = 0; j + 16 <= n; j += 16)
+    any = _mm512_or_si512(any, _mm512_or_si512(_mm512_castps_si512(_mm512_loadu_ps(a + j)),
+                                                _mm512_castps_si512(_mm512_loadu_ps(b + j))));
+  return _mm512_test_epi32_mask(any, any) == 0;
+#else
+  (void)a, (void)b, (void)n;
+  return false;
+#endif
+}
+
 // d[j] = (p[j] * s) * g when multiply, else (p[j] / s) * g (the cross-entropy backward's rows).
 TG_AVX512 inline int64_t scale_row(const float* p, float* d, int64_t n, float s, bool multiply, float g) {
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)

@@ -28,10 +28,14 @@ void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overw
 void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite);
 void softmax_rows(const Tensor& x, Tensor& y);
 void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
-void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses);
-void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dloss, double divisor,
-                            Tensor& dlogits);
+void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses, Tensor* prob_rows,
+                   const Tensor& row_copies);
+void cross_entropy_backward(const Tensor& probs, const Tensor& prob_rows, const Tensor& targets, const Tensor& dloss,
+                            double divisor, Tensor& dlogits);
 void sgd_step(Tensor& param, const Tensor& grad, double lr);
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s);
+// zero_blocks, grad_rows: see kernels::AdamWSlot (nullptr: every element reads its moments and
+// gradient).
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s,
+                uint8_t* zero_blocks = nullptr, const uint8_t* grad_rows = nullptr, int64_t grad_row_elems = 0);
 
 }  // namespace tapegrad::cpu

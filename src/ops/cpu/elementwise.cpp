@@ -6,6 +6,7 @@
 // large tensor's elements split into ranges that run on several cores (parallel_for) and give
 // the bits one thread gives.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include <xtensor/xmath.hpp>
@@ -106,7 +107,18 @@ void sgd_step(Tensor& param, const Tensor& grad, double lr) {
   });
 }
 
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s) {
+// Note [adamw zero blocks]
+// An embedding's moments stay +0 on the rows no input has touched, and AdamW only needs w *= decay
+// there (Note [adamw zero fast path]); checking that costs reading g, m and v. With zero_blocks the
+// optimizer keeps one flag per block of 256 elements saying m and v are all +0 there: a flagged
+// block whose gradient is all +0 too gets w *= decay without reading m or v (what the fast path
+// would give, under the same condition on the scalars), and every other block runs the full
+// update, after which its flag is recomputed from the m and v it wrote. The flags are a cache of
+// the moments' bits, so whoever writes the moments otherwise must drop them (AdamW::set_moments).
+// With the gradient's row flags (Note [row-wise gradients] in graph.cpp) a block in rows flagged
+// zero does not read the gradient either: such a block is one pass over w.
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s, uint8_t* zero_blocks,
+                const uint8_t* grad_rows, int64_t grad_row_elems) {
   if (param.dtype() != DType::f32) throw Error(std::string("[adamw] no CPU kernel for ") + dtype_name(param.dtype()) + " (f32 only)");
   float* w = param.data<float>();
   const float* g = grad.data<float>();
@@ -114,10 +126,7 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
   float* vv = v.data<float>();
   const float decay = 1.0f - s.lr * s.weight_decay;
   const float one_minus_b1 = 1.0f - s.beta1, one_minus_b2 = 1.0f - s.beta2;
-  // Elements with a zero gradient and moments cost a multiplication, the others a square root and
-  // two divisions; the chunks, dealt round-robin to the threads, even that out where the used
-  // rows of an embedding cluster (Note [intra-op threads]).
-  parallel_for(param.numel(), chunk_for(param.numel(), sizeof(float), Work::arithmetic), [&](int64_t begin, int64_t end) {
+  auto update = [&](int64_t begin, int64_t end) {
     const int64_t n = end - begin;
     const int64_t done = avx512::available() ? avx512::adamw_step(w + begin, g + begin, mm + begin, vv + begin, n, s)
                                              : 0;  // the same bits
@@ -130,6 +139,45 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const A
       w[i] = wi;
       mm[i] = mi;
       vv[i] = vi;
+    }
+  };
+  // Elements with a zero gradient and moments cost a multiplication, the others a square root and
+  // two divisions; the chunks, dealt round-robin to the threads, even that out where the used
+  // rows of an embedding cluster (Note [intra-op threads]).
+  const int64_t numel = param.numel();
+  if (!zero_blocks) {
+    parallel_for(numel, chunk_for(numel, sizeof(float), Work::arithmetic), update);
+    return;
+  }
+  auto zero = [](const float* a, const float* b, int64_t n) {  // every bit of a[0..n) and b[0..n) clear
+    if (avx512::available() && !avx512::all_zero_bits(a, b, n)) return false;
+    for (int64_t j = avx512::available() ? n - n % 16 : 0; j < n; ++j)
+      if (std::bit_cast<uint32_t>(a[j]) != 0 || std::bit_cast<uint32_t>(b[j]) != 0) return false;
+    return true;
+  };
+  const bool decay_only_exact = avx512::adamw_zero_fast_path_exact(s);
+  constexpr int64_t block = kernels::adamw_zero_block;
+  const int64_t blocks = (numel + block - 1) / block;
+  // Split like a streaming kernel: most blocks of an embedding are a pass over w alone, and
+  // splitting the table over the cores hands the next kernels (which write the gradient's and
+  // read the table's rows on one core) lines held by the other (docs/bob.md, Performance).
+  const int64_t chunk = chunk_for(numel, sizeof(float), Work::streaming);  // in elements
+  parallel_for(blocks, chunk >= numel ? blocks : std::max<int64_t>(1, chunk / block), [&](int64_t first, int64_t last) {
+    for (int64_t k = first; k < last; ++k) {
+      const int64_t begin = k * block, end = std::min(numel, begin + block), n = end - begin;
+      // the gradient's rows this block overlaps, when the engine knows which may be nonzero
+      bool g_zero = false;
+      if (grad_rows && grad_row_elems > 0) {
+        g_zero = true;
+        for (int64_t r = begin / grad_row_elems; r <= (end - 1) / grad_row_elems && g_zero; ++r) g_zero = !grad_rows[r];
+      }
+      if (decay_only_exact && zero_blocks[k] && (g_zero || zero(g + begin, g + begin, n))) {
+        const int64_t done = avx512::available() ? avx512::scale_in_place(w + begin, n, decay) : 0;
+        for (int64_t i = begin + done; i < end; ++i) w[i] = w[i] * decay;
+        continue;
+      }
+      update(begin, end);
+      zero_blocks[k] = zero(mm + begin, vv + begin, n);
     }
   });
 }

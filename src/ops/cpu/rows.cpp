@@ -11,6 +11,16 @@
 // src/ops/cr_math.hpp). f32 (bob) computes the loss as
 // spec/bob.md writes it, logsumexp(row) - row[t], accumulating the exponentials in double: it
 // stays finite where p[t] would underflow to 0. Both give dlogits = ((p - onehot) / B) * g.
+//
+// Note [saved distinct rows]
+// cross_entropy computes each distinct logits row once (Note [repeated rows]), and with prob_rows
+// it also saves each once: probs (k, V) for the k distinct rows and prob_rows (B,) i32, the row of
+// probs that logits row i uses. The forward then writes k rows instead of B (bob: 26 instead of
+// 256, 26 KiB instead of 256 KiB), and the backward reads dlogits' rows from those k rows, which
+// stay in L1. A row's loss reads its target logit from its first row (the same bits). When every
+// row is distinct there is no map and probs is (B, V), as on devices that never make one (CUDA).
+// The distinct rows' softmax stays on one thread: split, half the rows the backward reads next
+// are in the other core's cache, and fetching them cost more than the split saved (docs/bob.md).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -201,13 +211,13 @@ void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   });
 }
 
-void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses) {
+void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses, Tensor* prob_rows,
+                   const Tensor& row_copies) {
   const int64_t b = logits.dim(0), v = logits.dim(1);
   dispatch_float("cross_entropy", logits.dtype(), [&]<class T>() {
     dispatch_index("cross_entropy", targets.dtype(), [&]<class I>() {
       const T* X = static_cast<const T*>(logits.raw_data());
       const I* t = static_cast<const I*>(targets.raw_data());
-      T* P = static_cast<T*>(probs.raw_data());
       T* L = static_cast<T*>(losses.raw_data());
       for (int64_t i = 0; i < b; ++i) {
         const int64_t ti = static_cast<int64_t>(t[i]);
@@ -215,47 +225,88 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, T
           throw Error("[cross_entropy] target " + std::to_string(ti) + " at position " + std::to_string(i) +
                       " is out of range for " + std::to_string(v) + " classes (logits " + logits.shape().str() + ")");
       }
-      // Each distinct row's softmax and logsumexp once (Note [repeated rows]): hash the rows, match
-      // them, compute the first rows' softmax; then each repeat copies its first row's
-      // probabilities (or, when its bytes differ, is computed too), and every row gets its loss.
+      // Each distinct row's softmax and logsumexp once (Note [repeated rows]). Which rows repeat:
+      // given by the producer (row_copies), or found here: hash the rows, match them, check each
+      // repeat's bytes against its candidate. The probabilities are saved once per distinct row
+      // with a map from logits rows to them (Note [saved distinct rows]), or, without prob_rows,
+      // copied for the repeats.
       const int64_t row_bytes = v * static_cast<int64_t>(sizeof(T));
       const int64_t chunk = chunk_for(b, row_bytes);  // the rows' split, the gather's and the backward's
-      RepeatedRows repeats(X, b, static_cast<size_t>(row_bytes));
-      parallel_for(b, chunk, [&](int64_t begin, int64_t end) { repeats.hash(begin, end); });
-      repeats.match();
+      std::vector<int32_t> copy_of(static_cast<size_t>(b));  // the row whose bits row i has (or i)
+      if (row_copies.defined()) {
+        if (row_copies.dtype() != DType::i32 || row_copies.numel() != b || !row_copies.device().is_cpu())
+          throw Error("[cross_entropy] row_copies must be host i32 (" + std::to_string(b) + ",), got " +
+                      dtype_name(row_copies.dtype()) + " " + row_copies.shape().str());
+        const int32_t* c = static_cast<const int32_t*>(row_copies.raw_data());
+        for (int64_t i = 0; i < b; ++i) {
+          if (c[i] < 0 || c[i] > i || c[c[i]] != c[i])
+            throw Error("[cross_entropy] row_copies[" + std::to_string(i) + "] = " + std::to_string(c[i]) +
+                        " does not name an earlier first row");
+          copy_of[static_cast<size_t>(i)] = c[i];
+        }
+      } else {
+        RepeatedRows repeats(X, b, static_cast<size_t>(row_bytes));
+        parallel_for(b, chunk, [&](int64_t begin, int64_t end) { repeats.hash(begin, end); });
+        repeats.match();
+        parallel_for(b, chunk, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            const int64_t c = repeats.candidate(i);
+            copy_of[static_cast<size_t>(i)] = static_cast<int32_t>(c != i && repeats.same_as_candidate(i) ? c : i);
+          }
+        });
+      }
+      // row_of[i]: row i's distinct row, an index into firsts (the first row of each kind, in order)
+      std::vector<int32_t> row_of(static_cast<size_t>(b));
       std::vector<int64_t> firsts;
-      for (int64_t i = 0; i < b; ++i)
-        if (repeats.candidate(i) == i) firsts.push_back(i);
-      std::vector<double> logsumexp(static_cast<size_t>(b));  // f32: log(total) + top, per computed row
-      auto compute = [&](int64_t i) {
-        double top, total;
-        softmax_row(X + i * v, P + i * v, v, &top, &total);
-        logsumexp[static_cast<size_t>(i)] = std::log(total) + top;
-      };
+      for (int64_t i = 0; i < b; ++i) {
+        const int32_t c = copy_of[static_cast<size_t>(i)];
+        if (c != i) {
+          row_of[static_cast<size_t>(i)] = row_of[static_cast<size_t>(c)];
+        } else {
+          row_of[static_cast<size_t>(i)] = static_cast<int32_t>(firsts.size());
+          firsts.push_back(i);
+        }
+      }
       const int64_t nfirst = static_cast<int64_t>(firsts.size());
-      parallel_for(nfirst, costly_rows_chunk(nfirst, row_bytes), [&](int64_t begin, int64_t end) {
-        for (int64_t k = begin; k < end; ++k) compute(firsts[static_cast<size_t>(k)]);
+      const bool compact = prob_rows != nullptr && nfirst < b;
+      if (compact) {
+        probs = Tensor::empty(Shape{nfirst, v}, logits.dtype(), logits.device());
+        *prob_rows = Tensor::empty(Shape{b}, DType::i32, logits.device());
+        std::memcpy(prob_rows->raw_data(), row_of.data(), row_of.size() * sizeof(int32_t));
+      } else if (!probs.defined()) {
+        probs = Tensor::empty(Shape{b, v}, logits.dtype(), logits.device());
+      }
+      T* P = static_cast<T*>(probs.raw_data());
+      // where distinct row k's probabilities go: row k of the compact tensor, or its first row's
+      auto prob_row = [&](int64_t k) { return P + (compact ? k : firsts[static_cast<size_t>(k)]) * v; };
+      std::vector<double> logsumexp(static_cast<size_t>(nfirst));  // f32: log(total) + top
+      parallel_for(nfirst, nfirst, [&](int64_t begin, int64_t end) {  // one range (Note [saved distinct rows])
+        for (int64_t k = begin; k < end; ++k) {
+          double top, total;
+          softmax_row(X + firsts[static_cast<size_t>(k)] * v, prob_row(k), v, &top, &total);
+          logsumexp[static_cast<size_t>(k)] = std::log(total) + top;
+        }
       });
       parallel_for(b, chunk, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
-          int64_t from = repeats.candidate(i);
-          if (from != i) {
-            if (repeats.same_as_candidate(i)) std::memcpy(P + i * v, P + from * v, static_cast<size_t>(v) * sizeof(T));
-            else compute(from = i);
-          }
+          const int64_t k = row_of[static_cast<size_t>(i)];
+          const T* p = prob_row(k);
+          const int64_t first = firsts[static_cast<size_t>(k)];
+          if (!compact && first != i) std::memcpy(P + i * v, p, static_cast<size_t>(v) * sizeof(T));
           const int64_t ti = static_cast<int64_t>(t[i]);
-          if constexpr (std::is_same_v<T, double>) L[i] = -std::log(P[i * v + ti]);
-          else L[i] = static_cast<T>(logsumexp[static_cast<size_t>(from)] - static_cast<double>(X[i * v + ti]));
+          if constexpr (std::is_same_v<T, double>) L[i] = -std::log(p[ti]);  // (row i's logits are its first row's bits)
+          else L[i] = static_cast<T>(logsumexp[static_cast<size_t>(k)] - static_cast<double>(X[first * v + ti]));
         }
       });
     });
   });
 }
 
-void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dloss, double divisor,
-                            Tensor& dlogits) {
-  const int64_t b = probs.dim(0), v = probs.dim(1);
+void cross_entropy_backward(const Tensor& probs, const Tensor& prob_rows, const Tensor& targets, const Tensor& dloss,
+                            double divisor, Tensor& dlogits) {
+  const int64_t b = dlogits.dim(0), v = dlogits.dim(1);
   const bool per_row = dloss.numel() != 1;
+  const int32_t* row_of = prob_rows.defined() ? static_cast<const int32_t*>(prob_rows.raw_data()) : nullptr;
   dispatch_float("cross_entropy_backward", probs.dtype(), [&]<class T>() {
     dispatch_index("cross_entropy_backward", targets.dtype(), [&]<class I>() {
       const T* P = static_cast<const T*>(probs.raw_data());
@@ -270,8 +321,8 @@ void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Te
       parallel_for(b, chunk_for(b, v * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
           const T gi = per_row ? g[i] : g[0];
-          const T* p = P + i * v;
-          T* d = D + i * v;  // may be p itself: p[ti] is read before the row is written
+          const T* p = P + (row_of ? row_of[i] : i) * v;
+          T* d = D + i * v;  // may be p itself (no row map): p[ti] is read before the row is written
           const int64_t ti = static_cast<int64_t>(t[i]);
           const T p_target = ti >= 0 && ti < v ? p[ti] : T(0);
           int64_t j = 0;  // ((p - onehot) / div) * gi, first with onehot = 0 everywhere (p - 0 is p)
