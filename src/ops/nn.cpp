@@ -1,5 +1,5 @@
 // Neural-network ops: embedding gather, softmax, cross-entropy. Forward and backward together.
-#include <climits>
+#include <cstdint>
 #include <vector>
 
 #include "ops/common.hpp"

@@ -679,6 +679,21 @@ TEST_CASE("[gpu] device errors name the op, the devices and what was asked") {
   CHECK(oom.find(" free of ") != std::string::npos);
   CHECK_NOTHROW(synchronize(kGpu));
 
+  // cross_entropy's row map of saved probabilities is a CPU form: a CUDA op saves (B, V) and no map,
+  // and the CUDA backward refuses a map
+  Graph ce;
+  Var table = ce.parameter(random(Shape{3, 4}, DType::f32).to(kGpu));
+  Var logits = ops::gather(table, ce.input(index_tensor({1, 0, 1, 1}, DType::i32).to(kGpu)));
+  ops::cross_entropy(logits, ce.input(index_tensor({0, 1, 2, 3}, DType::i32).to(kGpu)));
+  CHECK(ce.nodes().back().saved[0].shape() == Shape{4, 4});
+  CHECK(!ce.nodes().back().saved[1].defined());
+  Tensor dz = Tensor::empty(Shape{4, 4}, DType::f32, kGpu);
+  CHECK(message_of([&] {
+          kernels::cross_entropy_backward(ce.nodes().back().saved[0], index_tensor({0, 1, 2, 3}, DType::i32).to(kGpu),
+                                          Tensor::scalar(1.0, DType::f32, kGpu), 4.0, dz,
+                                          index_tensor({0, 1, 0, 0}, DType::i32).to(kGpu));
+        }) == "[cross_entropy_backward] CUDA takes probabilities of shape (B, V), not a row map");
+
   const int count = cuda::device_count();
   const std::string missing = message_of([count] { (void)Tensor::zeros(Shape{2}, DType::f32, Device::cuda(count)); });
   CHECK(missing.rfind("[cuda] cuda:" + std::to_string(count) + " does not exist: this machine has ", 0) == 0);
