@@ -11,6 +11,7 @@
 // step's reference reproduces the bug with `accumulate=False`; tests/graph checks both places.
 #include "graph/graph.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "ops/kernels.hpp"
@@ -41,8 +42,14 @@ Graph& Var::graph() const {
   if (!g_) throw Error("[var] this Var is empty (default-constructed)");
   return *g_;
 }
-const Tensor& Var::value() const { return graph().checked(*this).data; }
-const Tensor& Var::grad() const { return graph().checked(*this).grad; }
+const Tensor& Var::value() const {
+  graph().checked(*this);
+  return g_->filled(id_);
+}
+const Tensor& Var::grad() const {
+  graph().checked(*this);
+  return g_->dense_grad(id_);
+}
 const uint8_t* Var::grad_rows() const {
   const Value& v = graph().checked(*this);
   const bool current = v.grad.defined() && !v.grad_rows.empty() && v.grad_rows_of == v.grad.raw_data();
@@ -66,6 +73,38 @@ const Value& Graph::checked(const Var& v) const {
     throw Error("[var] value " + std::to_string(v.id_) +
                 " was dropped by clear() or rewind(); Vars of activations live for one step");
   return value(v.id_);
+}
+
+// Note [deferred row copies]
+// A gather with host ids writes only the first row of each kind and leaves the copies (the rows
+// Value::row_copies names as repeats of an earlier row) unwritten, with copies_pending set: an op
+// that knows row_copies reads only first rows (cross_entropy), and bob's 26 distinct rows of 256
+// cost 26 KiB of writes instead of 256 KiB. Everything else reads the value through filled()
+// (Var::value(), BackwardContext::input()/output(), tape dumps), which copies the first rows into
+// place once; the bytes are then the ones a full gather writes. Only an op's front-end that reads
+// row_copies may read Value::data directly.
+const Tensor& Graph::filled(int32_t id) const {
+  Value& v = const_cast<Graph*>(this)->value(id);
+  if (v.copies_pending) {
+    kernels::fill_row_copies(v.data, v.row_copies);
+    v.copies_pending = false;
+  }
+  return v.data;
+}
+
+const Tensor& Graph::dense_grad(int32_t id) const {
+  Value& v = const_cast<Graph*>(this)->value(id);
+  if (v.grad_source.defined()) {
+    v.grad = v.grad_source.materialize();
+    v.grad_source = RowSource();
+  }
+  return v.grad;
+}
+
+Tensor RowSource::materialize() const {
+  Tensor out = Tensor::empty(shape, dtype, device);
+  if (shape.ndim() > 0 && shape[0] > 0) fill(0, out);
+  return out;
 }
 
 Var Graph::push_value(StableVector<Value>& into, int32_t id, Tensor data, ValueKind kind, bool requires_grad,
@@ -165,14 +204,18 @@ void Graph::backward(Var loss, const BackwardOptions& options) {
     throw Error("[backward] this tape was already freed by an earlier backward(); pass "
                 "{.retain_graph = true} to the first backward() to run it twice");
 
-  for (size_t i = 0; i < values_.size(); ++i) values_[i].grad = Tensor();
+  for (size_t i = 0; i < values_.size(); ++i) {
+    values_[i].grad = Tensor();
+    values_[i].grad_source = RowSource();
+  }
   Tensor seed = Tensor::empty(l.data.shape(), l.data.dtype(), l.data.device());
   kernels::fill(seed, 1.0);
   value(loss.id_).grad = seed;
 
   for (size_t i = nodes_.size(); i-- > 0;) {
     const Node& n = nodes_[i];
-    if (!values_[static_cast<size_t>(n.output)].grad.defined()) continue;  // not on the loss's path
+    const Value& out = values_[static_cast<size_t>(n.output)];
+    if (!out.grad.defined() && !out.grad_source.defined()) continue;  // not on the loss's path
     if (options.record) options.record->visits.push_back(static_cast<int32_t>(i));
     BackwardContext ctx(*this, n, static_cast<int32_t>(i), options);
     n.backward(ctx);
@@ -186,11 +229,13 @@ void Graph::backward(Var loss, const BackwardOptions& options) {
 
 // ---- BackwardContext
 
-const Tensor& BackwardContext::grad_output() const { return g_.value(node_->output).grad; }
-const Tensor& BackwardContext::output() const { return g_.value(node_->output).data; }
-const Tensor& BackwardContext::input(int k) const {
-  return g_.value(node_->inputs[static_cast<size_t>(k)]).data;
+const Tensor& BackwardContext::grad_output() const { return g_.dense_grad(node_->output); }
+const RowSource* BackwardContext::grad_output_source() const {
+  const Value& out = g_.value(node_->output);
+  return out.grad_source.defined() ? &out.grad_source : nullptr;
 }
+const Tensor& BackwardContext::output() const { return g_.filled(node_->output); }
+const Tensor& BackwardContext::input(int k) const { return g_.filled(node_->inputs[static_cast<size_t>(k)]); }
 Tensor BackwardContext::take_saved(int k) {
   Tensor& slot = g_.nodes_[static_cast<size_t>(node_index_)].saved[static_cast<size_t>(k)];
   if (options_.retain_graph || !slot.unique()) return Tensor();
@@ -203,12 +248,22 @@ bool BackwardContext::needs_grad(int k) const {
 
 namespace {
 
-void check_contribution(const char* op, int k, const Tensor& target, const Tensor& c, const char* what) {
-  if (!(c.shape() == target.shape()) || c.dtype() != target.dtype() || !(c.device() == target.device()))
+void check_contribution(const char* op, int k, const Tensor& target, const Shape& shape, DType dtype, Device device,
+                        const char* what) {
+  if (!(shape == target.shape()) || dtype != target.dtype() || !(device == target.device()))
     throw Error(std::string("[engine] the backward of ") + op + " gave input " + std::to_string(k) + " " + what +
-                " of shape " + c.shape().str() + " " + dtype_name(c.dtype()) + " on " + c.device().str() +
-                ", but that input is " + target.shape().str() + " " + dtype_name(target.dtype()) + " on " +
-                target.device().str());
+                " of shape " + shape.str() + " " + dtype_name(dtype) + " on " + device.str() + ", but that input is " +
+                target.shape().str() + " " + dtype_name(target.dtype()) + " on " + target.device().str());
+}
+
+// Whether every id names a row of a table of `rows` rows (host ids).
+bool ids_in_range(const Tensor& ids, int64_t rows) {
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    const int64_t r = ids.dtype() == DType::i32 ? int64_t{static_cast<const int32_t*>(ids.raw_data())[i]}
+                                               : static_cast<const int64_t*>(ids.raw_data())[i];
+    if (r < 0 || r >= rows) return false;
+  }
+  return true;
 }
 
 // A slot we are about to modify in place must not share storage with a tensor someone else holds.
@@ -222,7 +277,9 @@ void BackwardContext::accumulate(int k, const Tensor& contribution) {
   int32_t to = node_->inputs[static_cast<size_t>(k)];
   Value& target = g_.value(to);
   if (!target.requires_grad) return;
-  check_contribution(node_->op, k, target.data, contribution, "a gradient");
+  check_contribution(node_->op, k, target.data, contribution.shape(), contribution.dtype(), contribution.device(),
+                     "a gradient");
+  if (target.grad_source.defined()) g_.dense_grad(to);  // a second contribution meets the first as bytes
 
   GradEvent ev;
   target.grad_rows.clear();  // a dense contribution: any row may be nonzero
@@ -244,6 +301,65 @@ void BackwardContext::accumulate(int k, const Tensor& contribution) {
     ev.input_slot = k;
     ev.contribution = contribution.clone();
     options_.record->events.push_back(std::move(ev));
+  }
+}
+
+// Note [row sources]
+// A backward may hand its input's gradient over as a RowSource instead of bytes (cross_entropy's
+// dlogits, whose rows it can compute from (k, V) distinct probabilities). The engine keeps it as
+// the input's pending gradient when that input is an activation nothing else has reached yet and
+// no record is being made; a consumer that scatters rows (the gather's backward, through
+// accumulate_rows) then fills a block of rows at a time into a buffer that stays in L1 and
+// scatters it before filling the next. The additions are the ones the whole tensor would get, in
+// the same order, so the bits are the same; what is saved is writing and reading back the (B, V)
+// gradient (for bob 256 KiB each way, about a third of an update). Anyone else who asks for the
+// gradient (grad_output(), Var::grad(), a second contribution) gets it filled whole, once.
+void BackwardContext::accumulate(int k, RowSource contribution) {
+  int32_t to = node_->inputs[static_cast<size_t>(k)];
+  Value& target = g_.value(to);
+  if (!target.requires_grad) return;
+  check_contribution(node_->op, k, target.data, contribution.shape, contribution.dtype, contribution.device,
+                     "a gradient");
+  if (target.kind == ValueKind::activation && !target.grad.defined() && !target.grad_source.defined() &&
+      !options_.record) {
+    target.grad_rows.clear();
+    target.grad_source = std::move(contribution);
+    return;
+  }
+  accumulate(k, contribution.materialize());
+}
+
+void BackwardContext::accumulate_rows(int k, const Tensor& ids, const RowSource& rows) {
+  int32_t to = node_->inputs[static_cast<size_t>(k)];
+  Value& target = g_.value(to);
+  if (!target.requires_grad) return;
+  const Shape& shape = rows.shape;
+  const int64_t row_bytes = shape.ndim() == 2 ? shape[1] * static_cast<int64_t>(dtype_size(rows.dtype)) : 0;
+  // ~16 KiB of rows: the buffer, the rows it adds into and what fills it stay in L1 (a block of
+  // 16 KiB measured 2 to 3 us faster per bob backward than filling all 256 KiB, docs/bob.md)
+  const int64_t block = row_bytes > 0 ? std::max<int64_t>(1, (16 << 10) / row_bytes) : 0;
+  // Blocks only where they can pay: host rows and ids, more than one block, nothing recorded, and
+  // ids already known good (else the whole-tensor path's checks and messages, before any write).
+  if (options_.record || block == 0 || shape[0] <= block || !rows.device.is_cpu() || !ids.device().is_cpu() ||
+      ids.ndim() != 1 || ids.dim(0) != shape[0] || target.data.ndim() != 2 || !(target.data.device() == rows.device) ||
+      !ids_in_range(ids, target.data.dim(0))) {
+    accumulate_rows(k, ids, rows.materialize());
+    return;
+  }
+  const int64_t n = shape[0];
+  const size_t id_bytes = dtype_size(ids.dtype());
+  Tensor buffer = Tensor::empty(Shape{block, shape[1]}, rows.dtype, rows.device);
+  Tensor block_ids = Tensor::empty(Shape{block}, ids.dtype());
+  for (int64_t begin = 0; begin < n; begin += block) {
+    const int64_t r = std::min(block, n - begin);
+    if (r < block) {  // the last, shorter block
+      buffer = Tensor::empty(Shape{r, shape[1]}, rows.dtype, rows.device);
+      block_ids = Tensor::empty(Shape{r}, ids.dtype());
+    }
+    rows.fill(begin, buffer);
+    std::memcpy(block_ids.raw_data(), static_cast<const char*>(ids.raw_data()) + static_cast<size_t>(begin) * id_bytes,
+                static_cast<size_t>(r) * id_bytes);
+    accumulate_rows(k, block_ids, buffer);  // the first block starts the gradient, the rest add
   }
 }
 

@@ -27,6 +27,19 @@ namespace tapegrad {
 class Graph;
 class BackwardContext;
 
+// A tensor of shape (n, d) handed over row by row instead of as bytes: fill(begin, rows) writes
+// rows [begin, begin + r) into rows, an (r, d) tensor of `dtype` on `device`. A backward gives its
+// input's gradient this way when the consumer may not need it whole (Note [row sources] in
+// graph.cpp): cross_entropy's dlogits, which the gather's backward scatters block by block.
+struct RowSource {
+  Shape shape;
+  DType dtype = DType::f32;
+  Device device = Device::cpu();
+  std::function<void(int64_t begin, Tensor& rows)> fill;
+  bool defined() const { return static_cast<bool>(fill); }
+  Tensor materialize() const;  // all n rows, as one (n, d) tensor
+};
+
 enum class ValueKind : uint8_t { parameter, input, activation };
 const char* value_kind_name(ValueKind k);
 
@@ -59,8 +72,15 @@ class Var {
 };
 
 struct Value {
+  // The value's bytes. With copies_pending, the rows that row_copies names as copies of an earlier
+  // row are not written yet (Note [deferred row copies] in graph.cpp): read it through Var::value()
+  // or Graph::filled(), which write them first, unless you read only first rows.
   Tensor data;
+  bool copies_pending = false;
+  // The gradient: dense, or (for an activation, until someone asks for the bytes) grad_source,
+  // a RowSource that a row-wise consumer reads block by block (Note [row sources]).
   Tensor grad;
+  RowSource grad_source;
   ValueKind kind = ValueKind::activation;
   bool requires_grad = false;
   uint64_t serial = 0;
@@ -154,6 +174,11 @@ class Graph {
   Var var(int32_t id);  // a handle to an existing value
   bool tape_freed() const { return freed_; }
   const Value& checked(const Var& v) const;
+  // Value id's bytes with any pending row copies written (Note [deferred row copies]). Logically
+  // const, as are dense_grad's: they write the bytes the value already stands for.
+  const Tensor& filled(int32_t id) const;
+  // Value id's gradient as one tensor, made from its row source if it has one (Note [row sources]).
+  const Tensor& dense_grad(int32_t id) const;
 
  private:
   friend class Var;
@@ -188,9 +213,11 @@ class BackwardContext {
  public:
   const Node& node() const { return *node_; }
   const char* op() const { return node_->op; }
-  const Tensor& grad_output() const;
+  const Tensor& grad_output() const;  // dense: made from a row source if one came
+  // The incoming gradient as a row source, when it came as one and is still pending; else nullptr.
+  const RowSource* grad_output_source() const;
   const Tensor& output() const;
-  const Tensor& input(int k) const;
+  const Tensor& input(int k) const;  // with any pending row copies written
   const Tensor& saved(int k) const { return node_->saved[static_cast<size_t>(k)]; }
   // Saved tensor k itself, for the backward to write its result over, when this pass is the last
   // to read it (the tape is freed after it, not retained) and no other handle shares its bytes;
@@ -202,8 +229,14 @@ class BackwardContext {
 
   // input k's gradient += contribution (overwrite-bug mode: = contribution). Shape-checked.
   void accumulate(int k, const Tensor& contribution);
+  // input k's gradient as a row source: kept as one while nothing else reaches that input and no
+  // record is being made, else made dense here and accumulated as above (Note [row sources]).
+  void accumulate(int k, RowSource contribution);
   // input k's gradient rows: grad[ids[i]] += rows[i] for i in order (overwrite-bug mode: =).
   void accumulate_rows(int k, const Tensor& ids, const Tensor& rows);
+  // The same with rows from a source, filled a block of rows at a time into a buffer that stays
+  // in cache: the same additions in the same order, without the (B, d) tensor.
+  void accumulate_rows(int k, const Tensor& ids, const RowSource& rows);
 
  private:
   friend class Graph;

@@ -138,8 +138,8 @@ json::Value value_json(const Graph& g, int32_t id, size_t index, const std::vect
   e.set("device", v.data.device().str());
   e.set("requires_grad", v.requires_grad);
   e.set("rows", row_names_json(v, o));
-  e.set("value", tensor_json(v.data, o));
-  e.set("grad", optional_tensor_json(v.grad, o));
+  e.set("value", tensor_json(g.filled(id), o));
+  e.set("grad", optional_tensor_json(g.dense_grad(id), o));
   return e;
 }
 

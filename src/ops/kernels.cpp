@@ -79,8 +79,19 @@ void add_row(const Tensor& x, const Tensor& b, Tensor& out) { TG_DISPATCH("add_r
 void sum_rows(const Tensor& x, Tensor& out) { TG_DISPATCH("sum_rows", sum_rows(x, out), &x, &out); }
 void sum_all(const Tensor& x, Tensor& out) { TG_DISPATCH("sum", sum_all(x, out), &x, &out); }
 void mean_all(const Tensor& x, Tensor& out) { TG_DISPATCH("mean", mean_all(x, out), &x, &out); }
-void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out) {
-  TG_DISPATCH("gather", gather_rows(table, ids, out), &table, &ids, &out);
+void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out, const Tensor& row_copies) {
+  if (common_device("gather", {&table, &ids, &out}).is_cpu()) return cpu::gather_rows(table, ids, out, row_copies);
+  if (row_copies.defined()) throw Error("[gather] writing first rows only is a CPU path; CUDA writes every row");
+#if TAPEGRAD_WITH_CUDA
+  cuda::gather_rows(table, ids, out);
+#else
+  throw DeviceError("[gather] this tapegrad was built without CUDA");
+#endif
+}
+void fill_row_copies(Tensor& x, const Tensor& row_copies) {
+  if (!x.device().is_cpu() || !row_copies.device().is_cpu())
+    throw Error("[gather] row copies are filled on the host; this value is on " + x.device().str());
+  cpu::fill_row_copies(x, row_copies);
 }
 void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite) {
   TG_DISPATCH("gather_backward", scatter_rows(dst, ids, rows, overwrite), &dst, &ids, &rows);
@@ -121,12 +132,13 @@ void cross_entropy_reduced(const Tensor& logits, const Tensor& targets, Tensor& 
 #endif
 }
 void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dloss, double divisor,
-                            Tensor& dlogits, const Tensor& prob_rows) {
+                            Tensor& dlogits, const Tensor& prob_rows, int64_t row_begin) {
   if (common_device("cross_entropy_backward", {&probs, &targets, &dloss, &dlogits, &prob_rows}).is_cpu())
-    return cpu::cross_entropy_backward(probs, prob_rows, targets, dloss, divisor, dlogits);
+    return cpu::cross_entropy_backward(probs, prob_rows, targets, dloss, divisor, dlogits, row_begin);
 #if TAPEGRAD_WITH_CUDA
   if (prob_rows.defined())  // cuda::cross_entropy never makes a row map
     throw Error("[cross_entropy_backward] CUDA takes probabilities of shape (B, V), not a row map");
+  if (row_begin != 0) throw Error("[cross_entropy_backward] CUDA writes every row (row_begin must be 0)");
   cuda::cross_entropy_backward(probs, targets, dloss, divisor, dlogits);
 #else
   throw DeviceError("[cross_entropy_backward] this tapegrad was built without CUDA");

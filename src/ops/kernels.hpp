@@ -48,7 +48,12 @@ void mean_all(const Tensor& x, Tensor& out);  // sum / n (a division, as the ref
 
 // ---- rows: gather, scatter, softmax, cross-entropy
 // out (B, d) = table (V, d)[ids (B,)]; ids i32 or i64; an out-of-range id is an error naming it.
-void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out);
+// With first_only (CPU), row_copies is the output's Value::row_copies (host (B,) i32, graph.hpp)
+// and only the rows that are not copies (row_copies[i] == i) are written; fill_row_copies writes
+// the others later (Note [deferred row copies] in graph.cpp).
+void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out, const Tensor& row_copies = Tensor());
+// x (B, d): row i = row row_copies[i] for every i with row_copies[i] != i (CPU).
+void fill_row_copies(Tensor& x, const Tensor& row_copies);
 // dst (V, d)[ids[i]] += rows[i] for i = 0..B-1 in order (overwrite: = rows[i]; the last one wins).
 void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite);
 // The same into a gradient that does not exist yet: dst (uninitialized) = zeros, then scatter_rows.
@@ -71,9 +76,10 @@ void cross_entropy_reduced(const Tensor& logits, const Tensor& targets, Tensor& 
                            bool mean, Tensor* prob_rows = nullptr, const Tensor& row_copies = Tensor());
 // dlogits (B, V)[i, j] = ((probs[r_i, j] - [j == t_i]) / divisor) * g, g = dloss (shape ()) or
 // dloss[i] (shape (B,)); r_i = prob_rows[i] when cross_entropy made that map, else i. Without a
-// map dlogits may be probs itself (each element is read before it is written).
+// map dlogits may be probs itself (each element is read before it is written). With row_begin
+// (CPU), dlogits (r, V) receives just the rows row_begin .. row_begin + r - 1 (a RowSource's fill).
 void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dloss, double divisor,
-                            Tensor& dlogits, const Tensor& prob_rows = Tensor());
+                            Tensor& dlogits, const Tensor& prob_rows = Tensor(), int64_t row_begin = 0);
 
 // ---- optimizer updates, in place
 void sgd_step(Tensor& param, const Tensor& grad, double lr);  // p = p - lr * g

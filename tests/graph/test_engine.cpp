@@ -1,9 +1,12 @@
 // Engine semantics: fan-out accumulation, the overwrite-bug mode in both places contributions
-// meet, no-grad, gradient shape validation, freed tapes, clear/rewind, and the event record.
+// meet, no-grad, gradient shape validation, freed tapes, clear/rewind, the event record, and what
+// the engine knows about rows (row copies, row sources, row-wise gradients).
 #include <doctest/doctest.h>
 
 #include "graph/gradcheck.hpp"
 #include "graph/graph.hpp"
+#include "graph/tape_dump.hpp"
+#include "io/json.hpp"
 #include "ops/kernels.hpp"
 #include "ops/ops.hpp"
 
@@ -351,4 +354,160 @@ TEST_CASE("a dense contribution makes a row-wise gradient's rows unknown") {
   CHECK(table.grad().to_doubles() == std::vector<double>{1, 1, 2, 2, 1, 1});
   // and the next row-wise gradient, with no spare kept, is made fresh
   CHECK(rows_step(g, table, {2}) == std::vector<double>{0, 0, 0, 0, -0.5, -0.25});
+}
+
+TEST_CASE("gather writes only first rows; the copies are filled when anyone reads the value") {
+  std::vector<float> values(5 * 3);
+  for (size_t k = 0; k < values.size(); ++k) values[k] = static_cast<float>(k + 1);
+  Graph g;
+  Var table = g.parameter(Tensor::from_vector(values, Shape{5, 3}));
+  const std::vector<int32_t> ids = {4, 1, 4, 4, 0, 1};
+  std::vector<double> want;
+  for (int32_t id : ids)
+    for (int64_t j = 0; j < 3; ++j) want.push_back(values[static_cast<size_t>(id * 3 + j)]);
+
+  Var rows = ops::gather(table, g.input(i32(ids)));
+  const Value& recorded = g.value(rows.id());
+  REQUIRE(recorded.copies_pending);
+  const float* bytes = static_cast<const float*>(recorded.data.raw_data());
+  for (int64_t i : {0, 1, 4})  // the first rows are written already
+    for (int64_t j = 0; j < 3; ++j) CHECK(bytes[i * 3 + j] == static_cast<float>(want[static_cast<size_t>(i * 3 + j)]));
+  // a tape dump reads it through the graph, which fills the copies once
+  const json::Value dump = tape_dump(g, nullptr, {.whole_limit = 64});
+  const json::Value& dumped = dump.find("values")->as_array().back();
+  REQUIRE(dumped.find("id")->as_double() == rows.id());
+  std::vector<double> dumped_values;
+  for (const json::Value& x : dumped.find("value")->find("values")->as_array()) dumped_values.push_back(x.as_double());
+  CHECK(dumped_values == want);
+  CHECK_FALSE(recorded.copies_pending);
+  CHECK(rows.value().to_doubles() == want);
+
+  Var again = ops::gather(table, g.input(i32(ids)));  // Var::value() fills them too
+  CHECK(g.value(again.id()).copies_pending);
+  CHECK(again.value().to_doubles() == want);
+  CHECK_FALSE(g.value(again.id()).copies_pending);
+  Var distinct = ops::gather(table, g.input(i32({3, 0})));  // nothing repeats: nothing pending
+  CHECK_FALSE(g.value(distinct.id()).copies_pending);
+  // a bad id is still reported by the kernel, with its position
+  CHECK_THROWS_WITH_AS(ops::gather(table, g.input(i32({1, 1, 7}))),
+                       "[gather] index 7 at position 2 is out of range for a table of 5 rows (shape (5, 3))", Error);
+}
+
+namespace {
+
+// B = 40 rows of V = 300 classes (rows of 1200 bytes: blocks of 13 rows, the last one row) from
+// a 7-row table, so ids repeat; targets spread over the classes.
+struct BlockCase {
+  static constexpr int64_t b = 40, v = 300, rows = 7;
+  Tensor table_values = Tensor::empty(Shape{rows, v}, DType::f32);
+  std::vector<int32_t> ids, targets;
+  BlockCase() {
+    float* w = table_values.data<float>();
+    for (int64_t k = 0; k < rows * v; ++k) w[k] = 0.01f * static_cast<float>((k * 37) % 101) - 0.5f;
+    for (int64_t i = 0; i < b; ++i) {
+      ids.push_back(static_cast<int32_t>((i * 5 + i / 3) % rows));
+      targets.push_back(static_cast<int32_t>((i * 71) % v));
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cross_entropy hands dlogits to the gather as a row source: the table's gradient has the dense path's bits") {
+  const BlockCase c;
+  const Tensor ids = i32(c.ids), targets = i32(c.targets);
+  std::vector<float> weight_values(static_cast<size_t>(c.b));
+  for (size_t i = 0; i < weight_values.size(); ++i) weight_values[i] = 0.5f + 0.25f * static_cast<float>(i % 5);
+  const Tensor weights = Tensor::from_vector(weight_values, Shape{c.b});
+  for (const ops::Reduction reduction : {ops::Reduction::mean, ops::Reduction::sum, ops::Reduction::none}) {
+    for (const bool bug : {false, true}) {
+      CAPTURE(static_cast<int>(reduction));
+      CAPTURE(bug);
+      // the reference: every logits row gathered, dense dlogits (B, V), one scatter
+      Tensor logits = Tensor::empty(Shape{c.b, c.v}, DType::f32), probs;
+      Tensor row_losses = Tensor::empty(Shape{c.b}, DType::f32);
+      kernels::gather_rows(c.table_values, ids, logits);
+      kernels::cross_entropy(logits, targets, probs, row_losses);
+      const Tensor dloss = reduction == ops::Reduction::none ? weights : Tensor::from_vector(std::vector<float>{1}, Shape{});
+      Tensor dlogits = Tensor::empty(Shape{c.b, c.v}, DType::f32);
+      kernels::cross_entropy_backward(probs, targets, dloss, reduction == ops::Reduction::mean ? c.b : 1.0, dlogits);
+      Tensor dtable = Tensor::empty(c.table_values.shape(), DType::f32);
+      kernels::scatter_rows_fresh(dtable, ids, dlogits, bug);
+
+      for (const bool record : {false, true}) {
+        CAPTURE(record);
+        Graph g;
+        Var table = g.parameter(c.table_values.clone());
+        Var gathered = ops::gather(table, g.input(ids));
+        Var losses = ops::cross_entropy(gathered, g.input(targets), reduction);
+        Var loss = reduction == ops::Reduction::none ? ops::sum(ops::mul(losses, g.input(weights))) : losses;
+        BackwardRecord events;
+        g.backward(loss, {.overwrite_bug = bug, .record = record ? &events : nullptr});
+        CHECK(table.grad().to_doubles() == dtable.to_doubles());
+        // the logits' gradient stays a row source until asked for (a record makes it bytes at once)
+        CHECK(g.value(gathered.id()).grad_source.defined() == !record);
+        CHECK(gathered.grad().to_doubles() == dlogits.to_doubles());  // filled now, after the tape was freed
+        CHECK_FALSE(g.value(gathered.id()).grad_source.defined());
+        CHECK(g.value(gathered.id()).copies_pending);  // no backward read the logits whole
+        CHECK(gathered.value().to_doubles() == logits.to_doubles());
+      }
+    }
+  }
+}
+
+TEST_CASE("a row source meeting another contribution is made dense and added; bob-like steps reuse the buffer") {
+  const BlockCase c;
+  const Tensor ids = i32(c.ids), targets = i32(c.targets);
+  // loss = cross_entropy(logits) + sum(logits): the sum's ones arrive first (its node is later on
+  // the tape), then cross_entropy's rows, made dense to be added
+  Tensor logits = Tensor::empty(Shape{c.b, c.v}, DType::f32), probs;
+  Tensor row_losses = Tensor::empty(Shape{c.b}, DType::f32);
+  kernels::gather_rows(c.table_values, ids, logits);
+  kernels::cross_entropy(logits, targets, probs, row_losses);
+  Tensor dlogits = Tensor::empty(Shape{c.b, c.v}, DType::f32);
+  kernels::cross_entropy_backward(probs, targets, Tensor::from_vector(std::vector<float>{1}, Shape{}), c.b, dlogits);
+  Tensor ones = Tensor::empty(dlogits.shape(), DType::f32);
+  kernels::fill(ones, 1.0);
+  Tensor both = Tensor::empty(dlogits.shape(), DType::f32);
+  kernels::binary(kernels::Binary::add, ones, dlogits, both);
+  Tensor dtable = Tensor::empty(c.table_values.shape(), DType::f32);
+  kernels::scatter_rows_fresh(dtable, ids, both, false);
+
+  Graph g;
+  Var table = g.parameter(c.table_values.clone());
+  for (int step = 0; step < 3; ++step) {  // the second and third reuse the first's gradient buffer
+    CAPTURE(step);
+    g.clear();
+    g.zero_grad();
+    Var gathered = ops::gather(table, g.input(ids));
+    g.backward(ops::add(ops::cross_entropy(gathered, g.input(targets)), ops::sum(gathered)));
+    CHECK_FALSE(g.value(gathered.id()).grad_source.defined());
+    CHECK(gathered.grad().to_doubles() == both.to_doubles());
+    CHECK(table.grad().to_doubles() == dtable.to_doubles());
+  }
+  // and with cross_entropy alone, three steps: each table gradient the dense one
+  Tensor alone = Tensor::empty(c.table_values.shape(), DType::f32);
+  kernels::scatter_rows_fresh(alone, ids, dlogits, false);
+  const void* buffer = nullptr;
+  for (int step = 0; step < 3; ++step) {
+    CAPTURE(step);
+    g.clear();
+    g.zero_grad();
+    g.backward(ops::cross_entropy(ops::gather(table, g.input(ids)), g.input(targets)));
+    CHECK(table.grad().to_doubles() == alone.to_doubles());
+    if (step > 0) CHECK(table.grad().raw_data() == buffer);
+    buffer = table.grad().raw_data();
+  }
+}
+
+TEST_CASE("a row source of the wrong shape is refused with the op named") {
+  Graph g;
+  Var a = g.parameter(Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, Shape{2, 2}));
+  Var y = g.record("broken_rows", Tensor::from_vector(std::vector<float>{6}, Shape{}), {a}, [](BackwardContext& ctx) {
+    ctx.accumulate(0, RowSource{Shape{3, 2}, DType::f32, Device::cpu(), [](int64_t, Tensor& rows) { rows.zero_(); }});
+  });
+  CHECK_THROWS_WITH_AS(g.backward(y),
+                       "[engine] the backward of broken_rows gave input 0 a gradient of shape (3, 2) f32 on cpu, "
+                       "but that input is (2, 2) f32 on cpu",
+                       Error);
 }

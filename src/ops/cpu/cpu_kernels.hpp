@@ -23,7 +23,8 @@ void add_row(const Tensor& x, const Tensor& b, Tensor& out);
 void sum_rows(const Tensor& x, Tensor& out);
 void sum_all(const Tensor& x, Tensor& out);
 void mean_all(const Tensor& x, Tensor& out);
-void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out);
+void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out, const Tensor& row_copies);
+void fill_row_copies(Tensor& x, const Tensor& row_copies);
 void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite);
 void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite);
 void softmax_rows(const Tensor& x, Tensor& y);
@@ -31,7 +32,7 @@ void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses, Tensor* prob_rows,
                    const Tensor& row_copies);
 void cross_entropy_backward(const Tensor& probs, const Tensor& prob_rows, const Tensor& targets, const Tensor& dloss,
-                            double divisor, Tensor& dlogits);
+                            double divisor, Tensor& dlogits, int64_t row_begin);
 void sgd_step(Tensor& param, const Tensor& grad, double lr);
 // zero_blocks, grad_rows: see kernels::AdamWSlot (nullptr: every element reads its moments and
 // gradient).

@@ -100,18 +100,40 @@ void softmax_row(const T* x, T* y, int64_t m, double* top_out, double* total_out
 
 }  // namespace
 
-void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out) {
+// With row_copies, only the first rows (row_copies[i] == i) are written (Note [deferred row copies]
+// in graph.cpp); for bob 26 KiB of rows, which stay on this core for cross_entropy to read next.
+void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out, const Tensor& row_copies) {
   const int64_t rows = table.dim(0), d = table.dim(1), b = ids.numel();
   const size_t row_bytes = static_cast<size_t>(d) * dtype_size(table.dtype());
+  const int32_t* copy_of = row_copies.defined() ? static_cast<const int32_t*>(row_copies.raw_data()) : nullptr;
+  TG_CHECK(!copy_of || (row_copies.dtype() == DType::i32 && row_copies.numel() == b && row_copies.device().is_cpu()),
+           "[gather] row_copies must be host i32 with one entry per id");
   dispatch_index("gather", ids.dtype(), [&]<class I>() {
     const I* id = static_cast<const I*>(ids.raw_data());
     const char* src = static_cast<const char*>(table.raw_data());
     char* dst = static_cast<char*>(out.raw_data());
     for (int64_t i = 0; i < b; ++i) checked_index("gather", id, i, rows, table.shape());  // the first bad one first
-    parallel_for(b, chunk_for(b, static_cast<int64_t>(row_bytes)), [&](int64_t begin, int64_t end) {
+    const int64_t chunk = copy_of ? b : chunk_for(b, static_cast<int64_t>(row_bytes));
+    parallel_for(b, chunk, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
-        std::memcpy(dst + static_cast<size_t>(i) * row_bytes, src + static_cast<size_t>(id[i]) * row_bytes, row_bytes);
+        if (!copy_of || copy_of[i] == i)
+          std::memcpy(dst + static_cast<size_t>(i) * row_bytes, src + static_cast<size_t>(id[i]) * row_bytes, row_bytes);
     });
+  });
+}
+
+void fill_row_copies(Tensor& x, const Tensor& row_copies) {
+  const int64_t b = x.dim(0);
+  TG_CHECK(x.ndim() == 2 && row_copies.dtype() == DType::i32 && row_copies.numel() == b,
+           "[gather] row_copies must be i32 with one entry per row");
+  const size_t row_bytes = static_cast<size_t>(x.dim(1)) * dtype_size(x.dtype());
+  const int32_t* copy_of = static_cast<const int32_t*>(row_copies.raw_data());
+  char* bytes = static_cast<char*>(x.raw_data());
+  parallel_for(b, chunk_for(b, static_cast<int64_t>(row_bytes)), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)  // a copy's source is a first row, which no iteration writes
+      if (copy_of[i] != i)
+        std::memcpy(bytes + static_cast<size_t>(i) * row_bytes, bytes + static_cast<size_t>(copy_of[i]) * row_bytes,
+                    row_bytes);
   });
 }
 
@@ -303,15 +325,18 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, T
 }
 
 void cross_entropy_backward(const Tensor& probs, const Tensor& prob_rows, const Tensor& targets, const Tensor& dloss,
-                            double divisor, Tensor& dlogits) {
+                            double divisor, Tensor& dlogits, int64_t row_begin) {
   const int64_t b = dlogits.dim(0), v = dlogits.dim(1);
+  TG_CHECK(row_begin >= 0 && row_begin + b <= targets.numel(), "[cross_entropy_backward] rows past the batch");
   const bool per_row = dloss.numel() != 1;
   const int32_t* row_of = prob_rows.defined() ? static_cast<const int32_t*>(prob_rows.raw_data()) : nullptr;
   dispatch_float("cross_entropy_backward", probs.dtype(), [&]<class T>() {
     dispatch_index("cross_entropy_backward", targets.dtype(), [&]<class I>() {
+      // row i of this call is row row_begin + i of the batch: shift the per-row inputs
       const T* P = static_cast<const T*>(probs.raw_data());
-      const I* t = static_cast<const I*>(targets.raw_data());
-      const T* g = static_cast<const T*>(dloss.raw_data());
+      const I* t = static_cast<const I*>(targets.raw_data()) + row_begin;
+      const T* g = static_cast<const T*>(dloss.raw_data()) + (per_row ? row_begin : 0);
+      const int32_t* rows_of = row_of ? row_of + row_begin : nullptr;
       T* D = static_cast<T*>(dlogits.raw_data());
       const T div = static_cast<T>(divisor);
       // x / div is x * (1 / div), bit for bit, when div is a power of two (both are x * 2^-k
@@ -321,7 +346,7 @@ void cross_entropy_backward(const Tensor& probs, const Tensor& prob_rows, const 
       parallel_for(b, chunk_for(b, v * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
           const T gi = per_row ? g[i] : g[0];
-          const T* p = P + (row_of ? row_of[i] : i) * v;
+          const T* p = P + (rows_of ? rows_of[i] : row_begin + i) * v;
           T* d = D + i * v;  // may be p itself (no row map): p[ti] is read before the row is written
           const int64_t ti = static_cast<int64_t>(t[i]);
           const T p_target = ti >= 0 && ti < v ? p[ti] : T(0);
