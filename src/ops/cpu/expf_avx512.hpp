@@ -30,13 +30,18 @@
 // - y < U/2 leaves s unchanged (s + y rounds back to s), and so it does as s grows (U only grows);
 // - a float y >= 2^(F-29) has its last bit at or above 2^(F-29-23) = 2^(F-52), for any F.
 // Let the block's large values be those >= 2^(E-29), T = s + their sum, and F the binade of T.
+// (Small means 0 <= y < U/2: a negative y is neither, and its block takes the loop.)
 // When every y of the block is small or large, every large y is >= 2^(F-29), and s is a multiple
 // of 2^(F-52), then every sum of s and large values is a multiple of 2^(F-52) no larger than T <
 // 2^(F+1): exact in double, in any order. The left-to-right loop therefore adds the large values
 // exactly and skips the small ones, and s plus their vector sum is its result. The vector sum
 // tells F itself: had some partial sum reached 2^(F+1), it would have rounded to at least that
 // (2^(F+1) is a double) and so would the total. Any other block (a y in between, a NaN, an
-// infinity) runs the left-to-right loop itself, so every row gets the loop's bits.
+// infinity) runs the left-to-right loop itself, so every row gets the loop's bits; but that loop
+// leaves out the small y (0 <= y < U/2 with U taken at the block's start): each would leave s
+// unchanged, since s has not decreased since then. A negative y (or a NaN) may lower s, so after
+// one the rest of the block adds everything. On a sharply trained row most of a block is small and
+// only its few middle and large values wait on the 4-cycle chain of additions.
 //
 // Note [division by the total]
 // y / total (y a float, total a double >= 1, the quotient rounded to double and then to float)
@@ -170,6 +175,7 @@ TG_AVX512 inline double sum_blocks(const float* y, int64_t m) {
     }
     const int e = binade(s);
     const __m512d small = _mm512_set1_pd(power_of_two(e - 53)), large = _mm512_set1_pd(power_of_two(e - 29));
+    const __m512d zero = _mm512_setzero_pd();
     __m512d sum = _mm512_setzero_pd(), least = _mm512_set1_pd(INFINITY);
     bool classified = true;
     for (int64_t k = 0; k < count; k += 16) {  // lanes past the end load as +0: small, and not there
@@ -179,7 +185,8 @@ TG_AVX512 inline double sum_blocks(const float* y, int64_t m) {
                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(both), 1))}) {
         const __m512d v = _mm512_cvtps_pd(half);
         const __mmask8 is_large = _mm512_cmp_pd_mask(v, large, _CMP_GE_OQ);
-        classified = classified && (is_large | _mm512_cmp_pd_mask(v, small, _CMP_LT_OQ)) == 0xff;
+        const __mmask8 is_small = _mm512_cmp_pd_mask(v, small, _CMP_LT_OQ) & _mm512_cmp_pd_mask(v, zero, _CMP_GE_OQ);
+        classified = classified && (is_large | is_small) == 0xff;
         sum = _mm512_mask_add_pd(sum, is_large, sum, v);
         least = _mm512_mask_min_pd(least, is_large, least, v);
       }
@@ -193,8 +200,15 @@ TG_AVX512 inline double sum_blocks(const float* y, int64_t m) {
     }
     if (exact) {
       s = next;
-    } else {
-      for (int64_t k = 0; k < count; ++k) s += y[j + k];
+    } else {  // the loop, without the y that cannot change s
+      const double half_ulp = power_of_two(e - 53);
+      bool growing = true;  // s has not decreased since e was taken
+      for (int64_t k = 0; k < count; ++k) {
+        const double v = y[j + k];
+        if (growing && v >= 0.0 && v < half_ulp) continue;
+        growing = growing && v >= 0.0;
+        s += v;
+      }
     }
   }
   return s;
