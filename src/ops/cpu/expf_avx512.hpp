@@ -39,9 +39,9 @@
 // (2^(F+1) is a double) and so would the total. Any other block (a y in between, a NaN, an
 // infinity) runs the left-to-right loop itself, so every row gets the loop's bits; but that loop
 // leaves out the small y (0 <= y < U/2 with U taken at the block's start): each would leave s
-// unchanged, since s has not decreased since then. A negative y (or a NaN) may lower s, so after
-// one the rest of the block adds everything. On a sharply trained row most of a block is small and
-// only its few middle and large values wait on the 4-cycle chain of additions.
+// unchanged, since s only grows (a block with a negative y, which may lower s, adds every value).
+// On a sharply trained row most of a block is small and only its few middle and large values wait
+// on the 4-cycle chain of additions, picked from a mask without a branch per value.
 //
 // Note [division by the total]
 // y / total (y a float, total a double >= 1, the quotient rounded to double and then to float)
@@ -177,37 +177,41 @@ TG_AVX512 inline double sum_blocks(const float* y, int64_t m) {
     const __m512d small = _mm512_set1_pd(power_of_two(e - 53)), large = _mm512_set1_pd(power_of_two(e - 29));
     const __m512d zero = _mm512_setzero_pd();
     __m512d sum = _mm512_setzero_pd(), least = _mm512_set1_pd(INFINITY);
-    bool classified = true;
+    bool classified = true, negative = false;
+    uint32_t keep = 0;  // the values that can change s: not small (a NaN is kept)
     for (int64_t k = 0; k < count; k += 16) {  // lanes past the end load as +0: small, and not there
       const __mmask16 lanes = count - k >= 16 ? 0xffff : static_cast<__mmask16>((1u << (count - k)) - 1);
       const __m512 both = _mm512_maskz_loadu_ps(lanes, y + j + k);
+      int half_index = 0;
       for (const __m256 half : {_mm512_castps512_ps256(both),
                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(both), 1))}) {
         const __m512d v = _mm512_cvtps_pd(half);
         const __mmask8 is_large = _mm512_cmp_pd_mask(v, large, _CMP_GE_OQ);
         const __mmask8 is_small = _mm512_cmp_pd_mask(v, small, _CMP_LT_OQ) & _mm512_cmp_pd_mask(v, zero, _CMP_GE_OQ);
         classified = classified && (is_large | is_small) == 0xff;
+        negative = negative || _mm512_cmp_pd_mask(v, zero, _CMP_LT_OQ) != 0;
+        keep |= static_cast<uint32_t>(static_cast<__mmask8>(lanes >> (8 * half_index)) & ~is_small) << (k + 8 * half_index);
         sum = _mm512_mask_add_pd(sum, is_large, sum, v);
         least = _mm512_mask_min_pd(least, is_large, least, v);
+        ++half_index;
       }
     }
-    const double next = s + _mm512_reduce_add_pd(sum);
-    bool exact = classified && next <= 0x1p900;
-    if (exact && binade(next) != e) {  // T in a higher binade F: its last bit 2^(F-52) must divide all
-      const int f = binade(next);
-      exact = f - e <= 52 && _mm512_reduce_min_pd(least) >= power_of_two(f - 29) &&
-              (std::bit_cast<uint64_t>(s) & ((uint64_t{1} << (f - e)) - 1)) == 0;
+    bool exact = false;
+    if (classified) {  // the vector sum, when the large values' sum is exact (the reductions only here)
+      const double next = s + _mm512_reduce_add_pd(sum);
+      exact = next <= 0x1p900;
+      if (exact && binade(next) != e) {  // T in a higher binade F: its last bit 2^(F-52) must divide all
+        const int f = binade(next);
+        exact = f - e <= 52 && _mm512_reduce_min_pd(least) >= power_of_two(f - 29) &&
+                (std::bit_cast<uint64_t>(s) & ((uint64_t{1} << (f - e)) - 1)) == 0;
+      }
+      if (exact) s = next;
     }
-    if (exact) {
-      s = next;
-    } else {  // the loop, without the y that cannot change s
-      const double half_ulp = power_of_two(e - 53);
-      bool growing = true;  // s has not decreased since e was taken
-      for (int64_t k = 0; k < count; ++k) {
-        const double v = y[j + k];
-        if (growing && v >= 0.0 && v < half_ulp) continue;
-        growing = growing && v >= 0.0;
-        s += v;
+    if (!exact) {
+      if (negative) {  // s may decrease: every value, in order
+        for (int64_t k = 0; k < count; ++k) s += y[j + k];
+      } else {  // the loop over the values that can change s
+        for (; keep != 0; keep &= keep - 1) s += y[j + std::countr_zero(keep)];
       }
     }
   }
