@@ -5,8 +5,9 @@
 //
 // BM_BobUpdate: one full update exactly as `bob train` makes it (forward, backward through the
 // engine, AdamW) on the record of the built-in corpus, run for as long as the benchmark runs
-// (thousands of updates: a sharply trained table). BM_BobUpdateFirst30: the first 30 updates
-// from the seed, the ones `bob` makes, timed per update; BM_BobUpdatePhases the same updates with
+// (thousands of updates: a sharply trained table, sharper the longer it runs). BM_BobUpdateFirst30:
+// the first 30 updates from the seed, the ones `bob` makes, timed per update; BM_BobUpdateTrained
+// 30 updates from the state after 5000, the same ones every run; BM_BobUpdatePhases the first 30 with
 // counters for the forward, the backward and AdamW. The others split an update: BM_BobLoss is the
 // forward alone (gather + cross-entropy, no tape), BM_BobAdamW the optimizer alone on a [256, 256]
 // table. bench/bob_invocations.sh times whole `bob train` processes.
@@ -43,6 +44,22 @@ void BM_BobUpdateFirst30(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_BobUpdateFirst30)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// 30 updates from the state after 5000 (a sharply trained table, where the softmax's sums take
+// their slow path), put back between iterations: unlike BM_BobUpdate, whose table keeps training
+// for as long as the benchmark runs, the same updates whatever --benchmark_min_time is.
+void BM_BobUpdateTrained(benchmark::State& state) {
+  bob::Model model = make_model();
+  for (int k = 0; k < 5000; ++k) model.update();
+  const tapegrad::io::Checkpoint trained = model.state();
+  for (auto _ : state) {
+    model.load(trained);
+    const auto start = std::chrono::steady_clock::now();
+    for (int k = 0; k < 30; ++k) benchmark::DoNotOptimize(model.update().raw_data());
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 30);
+  }
+}
+BENCHMARK(BM_BobUpdateTrained)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // The first 30 updates again, split by phase: forward (gather + cross-entropy, recording the
 // tape), backward (the engine: the seed, cross-entropy's backward, the scatter into dW) and AdamW,

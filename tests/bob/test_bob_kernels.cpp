@@ -171,7 +171,7 @@ TEST_CASE("the softmax's block sums give the left-to-right double sum (Note [blo
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f), gap(0.0f, 60.0f);
   long rows = 0, differing = 0;
-  for (int kind = 0; kind < 7; ++kind) {
+  for (int kind = 0; kind < 8; ++kind) {
     for (int trial = 0; trial < 400; ++trial) {
       const int64_t m = 1 + static_cast<int64_t>(rng() % 300);
       std::vector<float> y(static_cast<size_t>(m));
@@ -183,9 +183,11 @@ TEST_CASE("the softmax's block sums give the left-to-right double sum (Note [blo
           case 3: v = unit(rng) < 0.1f ? unit(rng) : std::exp(-gap(rng)); break;
           case 4: v = unit(rng) < 0.5f ? 0.0f : std::ldexp(unit(rng), -static_cast<int>(rng() % 150)); break;
           case 5: v = std::bit_cast<float>(static_cast<uint32_t>(rng()) & 0x3f7fffffu); break;  // any bits in [0, 2)
-          default: v = (unit(rng) < 0.2f ? -1.0f : 1.0f) * std::exp(-gap(rng)); break;  // negatives lower s
+          case 6: v = (unit(rng) < 0.2f ? -1.0f : 1.0f) * std::exp(-gap(rng)); break;  // negatives lower s
+          default: v = std::exp(-gap(rng) * (1.0f + 3.0f * unit(rng))); break;  // a softmax row: a 1 put in below
         }
       }
+      if (kind == 7) y[static_cast<size_t>(rng() % m)] = 1.0f;  // the row's top, exp(0)
       if (trial % 50 == 7) y[static_cast<size_t>(rng() % m)] = std::numeric_limits<float>::quiet_NaN();
       if (trial % 50 == 9) y[static_cast<size_t>(rng() % m)] = std::numeric_limits<float>::infinity();
       if (trial % 50 == 11) y[0] = 0.0f;
@@ -197,7 +199,7 @@ TEST_CASE("the softmax's block sums give the left-to-right double sum (Note [blo
       differing += std::bit_cast<uint64_t>(have) != std::bit_cast<uint64_t>(want) && !both_nan;
     }
   }
-  CHECK(rows == 2800);
+  CHECK(rows == 3200);
   CHECK(differing == 0);
 }
 

@@ -42,6 +42,13 @@
 // unchanged, since s only grows (a block with a negative y, which may lower s, adds every value).
 // On a sharply trained row most of a block is small and only its few middle and large values wait
 // on the 4-cycle chain of additions, picked from a mask without a branch per value.
+// Blocks still wait on each other (a block's thresholds come from the s the last one left), so
+// each time s enters a new binade E, sum_blocks first tries the rest of the row at once: if every
+// remaining y is small or large for E and T = s + (their large values' sum) is still in binade E,
+// every partial sum of the loop lies in [s, T], a multiple of 2^(E-52) below 2^(E+1): exact, so the
+// loop's result is T, which the vector sum computes exactly in any order. A sharp softmax row
+// reaches its binade at its top value (y = 1) and typically passes here, one pass instead of a
+// chain of blocks; if it does not, the blocks go on as above.
 //
 // Note [division by the total]
 // y / total (y a float, total a double >= 1, the quotient rounded to double and then to float)
@@ -54,6 +61,7 @@
 #pragma once
 
 #include <bit>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -167,6 +175,7 @@ TG_AVX512 inline double sum_blocks(const float* y, int64_t m) {
   double s = 0.0;
   int64_t j = 0;
   for (; j < m && s == 0.0; ++j) s += y[j];  // up to the first nonzero value (0 has no binade)
+  int tried = INT_MIN;  // the binade of s for which the rest of the row was tried at once
   for (; j < m; j += 32) {
     const int64_t count = m - j < 32 ? m - j : 32;
     if (!(s >= 0x1p-900 && s <= 0x1p900)) {  // far outside a softmax's sums, NaN
@@ -176,6 +185,27 @@ TG_AVX512 inline double sum_blocks(const float* y, int64_t m) {
     const int e = binade(s);
     const __m512d small = _mm512_set1_pd(power_of_two(e - 53)), large = _mm512_set1_pd(power_of_two(e - 29));
     const __m512d zero = _mm512_setzero_pd();
+    if (e != tried) {  // the rest of the row in one pass, if it stays in this binade
+      tried = e;
+      __m512d rest = _mm512_setzero_pd();
+      bool classified = true;
+      for (int64_t k = j; k < m; k += 16) {  // lanes past the end load as +0: small
+        const __mmask16 lanes = m - k >= 16 ? 0xffff : static_cast<__mmask16>((1u << (m - k)) - 1);
+        const __m512 both = _mm512_maskz_loadu_ps(lanes, y + k);
+        for (const __m256 half : {_mm512_castps512_ps256(both),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(both), 1))}) {
+          const __m512d v = _mm512_cvtps_pd(half);
+          const __mmask8 is_large = _mm512_cmp_pd_mask(v, large, _CMP_GE_OQ);
+          const __mmask8 is_small = _mm512_cmp_pd_mask(v, small, _CMP_LT_OQ) & _mm512_cmp_pd_mask(v, zero, _CMP_GE_OQ);
+          classified = classified && (is_large | is_small) == 0xff;
+          rest = _mm512_mask_add_pd(rest, is_large, rest, v);
+        }
+      }
+      if (classified) {
+        const double total = s + _mm512_reduce_add_pd(rest);
+        if (binade(total) == e) return total;
+      }
+    }
     __m512d sum = _mm512_setzero_pd(), least = _mm512_set1_pd(INFINITY);
     bool classified = true, negative = false;
     uint32_t keep = 0;  // the values that can change s: not small (a NaN is kept)
