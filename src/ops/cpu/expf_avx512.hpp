@@ -46,9 +46,10 @@
 // each time s enters a new binade E, sum_blocks first tries the rest of the row at once: if every
 // remaining y is small or large for E and T = s + (their large values' sum) is still in binade E,
 // every partial sum of the loop lies in [s, T], a multiple of 2^(E-52) below 2^(E+1): exact, so the
-// loop's result is T, which the vector sum computes exactly in any order. A sharp softmax row
-// reaches its binade at its top value (y = 1) and typically passes here, one pass instead of a
-// chain of blocks; if it does not, the blocks go on as above.
+// loop's result is T, which the vector sum computes exactly in any order. It is tried only once s
+// is in the binade a sum of the row in any order ends in (before that it would fail). A sharp
+// softmax row reaches that binade at its top value (y = 1) and typically passes there, one pass
+// instead of a chain of blocks; if it does not, the blocks go on as above.
 //
 // Note [division by the total]
 // y / total (y a float, total a double >= 1, the quotient rounded to double and then to float)
@@ -175,6 +176,16 @@ TG_AVX512 inline double sum_blocks(const float* y, int64_t m) {
   double s = 0.0;
   int64_t j = 0;
   for (; j < m && s == 0.0; ++j) s += y[j];  // up to the first nonzero value (0 has no binade)
+  // The binade the total will end in, from a sum in any order (close enough to say which binade,
+  // and only used to choose when to try the rest of the row: a wrong guess costs a pass, no bits).
+  __m512d approx = _mm512_setzero_pd();
+  for (int64_t k = j; k < m; k += 16) {
+    const __mmask16 lanes = m - k >= 16 ? 0xffff : static_cast<__mmask16>((1u << (m - k)) - 1);
+    const __m512 both = _mm512_maskz_loadu_ps(lanes, y + k);
+    approx = _mm512_add_pd(approx, _mm512_cvtps_pd(_mm512_castps512_ps256(both)));
+    approx = _mm512_add_pd(approx, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(both), 1))));
+  }
+  const int final_binade = binade(s + _mm512_reduce_add_pd(approx));
   int tried = INT_MIN;  // the binade of s for which the rest of the row was tried at once
   for (; j < m; j += 32) {
     const int64_t count = m - j < 32 ? m - j : 32;
@@ -185,7 +196,7 @@ TG_AVX512 inline double sum_blocks(const float* y, int64_t m) {
     const int e = binade(s);
     const __m512d small = _mm512_set1_pd(power_of_two(e - 53)), large = _mm512_set1_pd(power_of_two(e - 29));
     const __m512d zero = _mm512_setzero_pd();
-    if (e != tried) {  // the rest of the row in one pass, if it stays in this binade
+    if (e != tried && e == final_binade) {  // the rest of the row in one pass, if it stays in this binade
       tried = e;
       __m512d rest = _mm512_setzero_pd();
       bool classified = true;
