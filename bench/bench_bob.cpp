@@ -10,7 +10,8 @@
 // 30 updates from the state after 5000, the same ones every run; BM_BobUpdatePhases the first 30 with
 // counters for the forward, the backward and AdamW. The others split an update: BM_BobLoss is the
 // forward alone (gather + cross-entropy, no tape), BM_BobAdamW the optimizer alone on a [256, 256]
-// table. bench/bob_invocations.sh times whole `bob train` processes.
+// table. bench/bob_invocations.sh times whole `bob train` processes; bench/bob_ab.sh compares two
+// builds, interleaved.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
