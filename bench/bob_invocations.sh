@@ -3,11 +3,11 @@
 # and the checkpoint, 10 updates, the atomic checkpoint write (fsync included), predictions.
 # Prints the median, the fastest and the slowest of N runs (a benchmark, not a timed test).
 #
-#   bench/bob_invocations.sh [BOB] [N]       defaults: build/apps/bob/bob, 50 runs
+#   bench/bob_invocations.sh [BOB] [N]       defaults: build/apps/bob, 50 runs
 #
 # Uses hyperfine when it is installed (the same command, its statistics), else bash's clock.
 set -euo pipefail
-BOB=${1:-build/apps/bob/bob}
+BOB=${1:-build/apps/bob}
 RUNS=${2:-50}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
