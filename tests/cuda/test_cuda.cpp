@@ -693,6 +693,20 @@ TEST_CASE("[gpu] device errors name the op, the devices and what was asked") {
                                           Tensor::scalar(1.0, DType::f32, kGpu), 4.0, dz,
                                           index_tensor({0, 1, 0, 0}, DType::i32).to(kGpu));
         }) == "[cross_entropy_backward] CUDA takes probabilities of shape (B, V), not a row map");
+  // nor does a CUDA gather defer its row copies (Note [deferred row copies]), and the CPU-only
+  // forms of the kernels say so on the device
+  CHECK_FALSE(ce.value(logits.id()).copies_pending);
+  CHECK(message_of([&] {
+          kernels::cross_entropy_backward(ce.nodes().back().saved[0], index_tensor({0, 1, 2, 3}, DType::i32).to(kGpu),
+                                          Tensor::scalar(1.0, DType::f32, kGpu), 4.0, dz, Tensor(), 1);
+        }) == "[cross_entropy_backward] CUDA writes every row (row_begin must be 0)");
+  Tensor gathered = Tensor::empty(Shape{4, 4}, DType::f32, kGpu);
+  const Tensor copies = index_tensor({0, 1, 0, 0}, DType::i32);
+  CHECK(message_of([&] {
+          kernels::gather_rows(table.value(), index_tensor({1, 0, 1, 1}, DType::i32).to(kGpu), gathered, copies);
+        }) == "[gather] writing first rows only is a CPU path; CUDA writes every row");
+  CHECK(message_of([&] { kernels::fill_row_copies(gathered, copies); }) ==
+        "[gather] row copies are filled on the host; this value is on cuda:0");
 
   const int count = cuda::device_count();
   const std::string missing = message_of([count] { (void)Tensor::zeros(Shape{2}, DType::f32, Device::cuda(count)); });
