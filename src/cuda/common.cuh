@@ -30,6 +30,20 @@ namespace tapegrad::cuda {
 [[noreturn]] void throw_cuda_error(cudaError_t status, const char* call, const char* file, int line);
 [[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line);
 
+// The cuBLAS entry points tapegrad calls, loaded with dlopen the first time a CUDA matmul needs
+// them (Note [cuBLAS on demand] in linalg.cu); a DeviceError naming the library if it cannot be.
+struct CublasApi {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSetWorkspace_v2) set_workspace;
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                            const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);  // the library's, not the inline overload
+  decltype(&cublasGetStatusName) status_name;
+  decltype(&cublasGetStatusString) status_string;
+};
+const CublasApi& cublas_api();
+
 }  // namespace tapegrad::cuda
 
 // A failed CUDA call throws DeviceError naming the call, its file and line, and the driver's reason.

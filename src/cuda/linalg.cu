@@ -6,7 +6,10 @@
 // the CPU does, and give its bits; f32 full sums use one block with a fixed tree over per-thread
 // double sums: deterministic, within one double rounding of the CPU's sum before the final
 // rounding to f32. f32 matmul is cuBLAS with FP32 compute (TF32 only after set_allow_tf32(true)).
+#include <dlfcn.h>
+
 #include <atomic>
+#include <string>
 
 #include "cuda/common.cuh"
 #include "cuda/cuda_kernels.hpp"
@@ -94,14 +97,41 @@ __global__ void sum_all_f32_kernel(const float* x, float* out, int64_t n, float 
 // ----------------------------------------------------------------------------
 // kernel launchers
 
+// Note [cuBLAS on demand]
+// cuBLAS is not linked: linked, libcublasLt's static initializers fault in about 75 ms of pages at
+// the start of every process, before main, CPU runs included (a bob invocation took 89 ms instead
+// of 15; docs/bob.md). It is loaded with dlopen, by its soname for the major version built
+// against, the first time a CUDA f32 matmul needs a handle; only the entry points below are used.
+const CublasApi& cublas_api() {
+  static const CublasApi api = [] {
+    const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) throw DeviceError("[cuda] cannot load " + name + " for CUDA matmuls: " + dlerror());
+    auto symbol = [&]<class F>(F& slot, const char* symbol_name) {
+      slot = reinterpret_cast<F>(dlsym(lib, symbol_name));
+      if (!slot) throw DeviceError("[cuda] " + name + " has no " + symbol_name);
+    };
+    CublasApi a{};
+    symbol(a.create, "cublasCreate_v2");
+    symbol(a.set_stream, "cublasSetStream_v2");
+    symbol(a.set_workspace, "cublasSetWorkspace_v2");
+    symbol(a.gemm_ex, "cublasGemmEx");
+    symbol(a.status_name, "cublasGetStatusName");
+    symbol(a.status_string, "cublasGetStatusString");
+    return a;
+  }();
+  return api;
+}
+
 namespace {
 
 cublasHandle_t cublas_for(DeviceContext& ctx) {
   if (!ctx.cublas) {
     constexpr size_t kWorkspace = size_t{32} << 20;  // what cuBLAS asks for on Hopper; from our allocator
-    TG_CUBLAS_CHECK(cublasCreate(&ctx.cublas));
-    TG_CUBLAS_CHECK(cublasSetStream(ctx.cublas, ctx.stream));
-    TG_CUBLAS_CHECK(cublasSetWorkspace(ctx.cublas, ctx.allocator.allocate(kWorkspace), kWorkspace));
+    const CublasApi& cublas = cublas_api();
+    TG_CUBLAS_CHECK(cublas.create(&ctx.cublas));
+    TG_CUBLAS_CHECK(cublas.set_stream(ctx.cublas, ctx.stream));
+    TG_CUBLAS_CHECK(cublas.set_workspace(ctx.cublas, ctx.allocator.allocate(kWorkspace), kWorkspace));
   }
   return ctx.cublas;
 }
@@ -128,11 +158,11 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
       // sees each row-major matrix as its column-major transpose, with the row length as leading dim.
       const float one = 1.0f, zero = 0.0f;
       const cublasComputeType_t compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-      TG_CUBLAS_CHECK(cublasGemmEx(cublas_for(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &one, b.raw_data(),
-                                   CUDA_R_32F, static_cast<int>(ldb), a.raw_data(), CUDA_R_32F, static_cast<int>(lda),
-                                   &zero, out.raw_data(), CUDA_R_32F, static_cast<int>(m), compute,
-                                   CUBLAS_GEMM_DEFAULT));
+      TG_CUBLAS_CHECK(cublas_api().gemm_ex(
+          cublas_for(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(m),
+          static_cast<int>(n), static_cast<int>(k), &one, b.raw_data(), CUDA_R_32F, static_cast<int>(ldb), a.raw_data(),
+          CUDA_R_32F, static_cast<int>(lda), &zero, out.raw_data(), CUDA_R_32F, static_cast<int>(m), compute,
+          CUBLAS_GEMM_DEFAULT));
     }
   });
 }

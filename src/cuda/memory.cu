@@ -63,7 +63,7 @@ void throw_cuda_error(cudaError_t status, const char* call, const char* file, in
 
 void throw_cublas_error(cublasStatus_t status, const char* call, const char* file, int line) {
   throw DeviceError(std::string("[cuda] ") + call + " failed at " + file + ":" + std::to_string(line) + ": " +
-                    cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ")");
+                    cublas_api().status_name(status) + " (" + cublas_api().status_string(status) + ")");
 }
 
 namespace {
