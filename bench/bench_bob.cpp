@@ -26,6 +26,16 @@ bob::Model make_model() {
                     tapegrad::Device::cpu());
 }
 
+// Puts `from` back (untimed), then makes 30 updates: seconds per update, with the phase times added
+// to *times when given.
+double seconds_per_update(bob::Model& model, const tapegrad::io::Checkpoint& from,
+                          bob::Model::PhaseTimes* times = nullptr) {
+  model.load(from);
+  const auto start = std::chrono::steady_clock::now();
+  for (int k = 0; k < 30; ++k) benchmark::DoNotOptimize(model.update(false, "", times).raw_data());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 30;
+}
+
 void BM_BobUpdate(benchmark::State& state) {
   bob::Model model = make_model();
   for (auto _ : state) benchmark::DoNotOptimize(model.update().raw_data());
@@ -37,12 +47,7 @@ BENCHMARK(BM_BobUpdate)->Unit(benchmark::kMicrosecond);
 void BM_BobUpdateFirst30(benchmark::State& state) {
   bob::Model model = make_model();
   const tapegrad::io::Checkpoint seed = model.state();
-  for (auto _ : state) {
-    model.load(seed);
-    const auto start = std::chrono::steady_clock::now();
-    for (int k = 0; k < 30; ++k) benchmark::DoNotOptimize(model.update().raw_data());
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 30);
-  }
+  for (auto _ : state) state.SetIterationTime(seconds_per_update(model, seed));
 }
 BENCHMARK(BM_BobUpdateFirst30)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
@@ -53,12 +58,7 @@ void BM_BobUpdateTrained(benchmark::State& state) {
   bob::Model model = make_model();
   for (int k = 0; k < 5000; ++k) model.update();
   const tapegrad::io::Checkpoint trained = model.state();
-  for (auto _ : state) {
-    model.load(trained);
-    const auto start = std::chrono::steady_clock::now();
-    for (int k = 0; k < 30; ++k) benchmark::DoNotOptimize(model.update().raw_data());
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 30);
-  }
+  for (auto _ : state) state.SetIterationTime(seconds_per_update(model, trained));
 }
 BENCHMARK(BM_BobUpdateTrained)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
@@ -71,10 +71,7 @@ void BM_BobUpdatePhases(benchmark::State& state) {
   bob::Model::PhaseTimes times;
   int64_t updates = 0;
   for (auto _ : state) {
-    model.load(seed);
-    const auto start = std::chrono::steady_clock::now();
-    for (int k = 0; k < 30; ++k) benchmark::DoNotOptimize(model.update(false, "", &times).raw_data());
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 30);
+    state.SetIterationTime(seconds_per_update(model, seed, &times));
     updates += 30;
   }
   const double n = static_cast<double>(std::max<int64_t>(updates, 1));

@@ -256,13 +256,16 @@ void check_contribution(const char* op, int k, const Tensor& target, const Shape
                 target.shape().str() + " " + dtype_name(target.dtype()) + " on " + target.device().str());
 }
 
+// Host ids (i32 or i64): id i, widened.
+int64_t id_at(const Tensor& ids, int64_t i) {
+  return ids.dtype() == DType::i32 ? int64_t{static_cast<const int32_t*>(ids.raw_data())[i]}
+                                   : static_cast<const int64_t*>(ids.raw_data())[i];
+}
+
 // Whether every id names a row of a table of `rows` rows (host ids).
 bool ids_in_range(const Tensor& ids, int64_t rows) {
-  for (int64_t i = 0; i < ids.numel(); ++i) {
-    const int64_t r = ids.dtype() == DType::i32 ? int64_t{static_cast<const int32_t*>(ids.raw_data())[i]}
-                                               : static_cast<const int64_t*>(ids.raw_data())[i];
-    if (r < 0 || r >= rows) return false;
-  }
+  for (int64_t i = 0; i < ids.numel(); ++i)
+    if (id_at(ids, i) < 0 || id_at(ids, i) >= rows) return false;
   return true;
 }
 
@@ -447,11 +450,7 @@ void BackwardContext::accumulate_rows(int k, const Tensor& ids, const Tensor& ro
   if (first && host) target.grad_rows.assign(static_cast<size_t>(table.dim(0)), 0);
   if (!host) target.grad_rows.clear();
   if (!target.grad_rows.empty()) {  // the ids are in range: the scatter checked them
-    for (int64_t i = 0; i < ids.numel(); ++i) {
-      const int64_t r = ids.dtype() == DType::i32 ? int64_t{static_cast<const int32_t*>(ids.raw_data())[i]}
-                                                 : static_cast<const int64_t*>(ids.raw_data())[i];
-      target.grad_rows[static_cast<size_t>(r)] = 1;
-    }
+    for (int64_t i = 0; i < ids.numel(); ++i) target.grad_rows[static_cast<size_t>(id_at(ids, i))] = 1;
   }
   target.grad_rows_of = target.grad.raw_data();
 }

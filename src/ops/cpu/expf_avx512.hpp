@@ -168,6 +168,24 @@ TG_AVX512 inline bool sum_if_exact(const float* y, int64_t m, double* total) {
   return true;
 }
 
+// y[k..k+16) widened to two vectors of 8 doubles; lanes at or past n load as +0, and `valid` has
+// a bit for each lane before n (bit i of lo, bit 8 + i of hi).
+struct Sixteen {
+  __m512d lo, hi;
+  __mmask16 valid;
+};
+TG_AVX512 inline Sixteen load_sixteen(const float* y, int64_t k, int64_t n) {
+  const __mmask16 valid = n - k >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - k)) - 1);
+  const __m512 both = _mm512_maskz_loadu_ps(valid, y + k);
+  return {_mm512_cvtps_pd(_mm512_castps512_ps256(both)),
+          _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(both), 1))), valid};
+}
+
+// The lanes of v that cannot change a sum whose half ulp is `small`: 0 <= v < small (Note [block sums]).
+TG_AVX512 inline __mmask8 small_lanes(__m512d v, __m512d small) {
+  return _mm512_cmp_pd_mask(v, small, _CMP_LT_OQ) & _mm512_cmp_pd_mask(v, _mm512_setzero_pd(), _CMP_GE_OQ);
+}
+
 // The left-to-right double sum of y[0..m) (floats), in blocks of 32 (the last one shorter) where
 // Note [block sums] proves a block's result, one by one elsewhere.
 TG_AVX512 inline double sum_blocks(const float* y, int64_t m) {
@@ -180,10 +198,8 @@ TG_AVX512 inline double sum_blocks(const float* y, int64_t m) {
   // and only used to choose when to try the rest of the row: a wrong guess costs a pass, no bits).
   __m512d approx = _mm512_setzero_pd();
   for (int64_t k = j; k < m; k += 16) {
-    const __mmask16 lanes = m - k >= 16 ? 0xffff : static_cast<__mmask16>((1u << (m - k)) - 1);
-    const __m512 both = _mm512_maskz_loadu_ps(lanes, y + k);
-    approx = _mm512_add_pd(approx, _mm512_cvtps_pd(_mm512_castps512_ps256(both)));
-    approx = _mm512_add_pd(approx, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(both), 1))));
+    const Sixteen x = load_sixteen(y, k, m);
+    approx = _mm512_add_pd(approx, _mm512_add_pd(x.lo, x.hi));
   }
   const int final_binade = binade(s + _mm512_reduce_add_pd(approx));
   int tried = INT_MIN;  // the binade of s for which the rest of the row was tried at once
@@ -195,20 +211,15 @@ TG_AVX512 inline double sum_blocks(const float* y, int64_t m) {
     }
     const int e = binade(s);
     const __m512d small = _mm512_set1_pd(power_of_two(e - 53)), large = _mm512_set1_pd(power_of_two(e - 29));
-    const __m512d zero = _mm512_setzero_pd();
     if (e != tried && e == final_binade) {  // the rest of the row in one pass, if it stays in this binade
       tried = e;
       __m512d rest = _mm512_setzero_pd();
       bool classified = true;
       for (int64_t k = j; k < m; k += 16) {  // lanes past the end load as +0: small
-        const __mmask16 lanes = m - k >= 16 ? 0xffff : static_cast<__mmask16>((1u << (m - k)) - 1);
-        const __m512 both = _mm512_maskz_loadu_ps(lanes, y + k);
-        for (const __m256 half : {_mm512_castps512_ps256(both),
-                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(both), 1))}) {
-          const __m512d v = _mm512_cvtps_pd(half);
+        const Sixteen x = load_sixteen(y, k, m);
+        for (const __m512d v : {x.lo, x.hi}) {
           const __mmask8 is_large = _mm512_cmp_pd_mask(v, large, _CMP_GE_OQ);
-          const __mmask8 is_small = _mm512_cmp_pd_mask(v, small, _CMP_LT_OQ) & _mm512_cmp_pd_mask(v, zero, _CMP_GE_OQ);
-          classified = classified && (is_large | is_small) == 0xff;
+          classified = classified && (is_large | small_lanes(v, small)) == 0xff;
           rest = _mm512_mask_add_pd(rest, is_large, rest, v);
         }
       }
@@ -221,20 +232,15 @@ TG_AVX512 inline double sum_blocks(const float* y, int64_t m) {
     bool classified = true, negative = false;
     uint32_t keep = 0;  // the values that can change s: not small (a NaN is kept)
     for (int64_t k = 0; k < count; k += 16) {  // lanes past the end load as +0: small, and not there
-      const __mmask16 lanes = count - k >= 16 ? 0xffff : static_cast<__mmask16>((1u << (count - k)) - 1);
-      const __m512 both = _mm512_maskz_loadu_ps(lanes, y + j + k);
-      int half_index = 0;
-      for (const __m256 half : {_mm512_castps512_ps256(both),
-                                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(both), 1))}) {
-        const __m512d v = _mm512_cvtps_pd(half);
-        const __mmask8 is_large = _mm512_cmp_pd_mask(v, large, _CMP_GE_OQ);
-        const __mmask8 is_small = _mm512_cmp_pd_mask(v, small, _CMP_LT_OQ) & _mm512_cmp_pd_mask(v, zero, _CMP_GE_OQ);
+      const Sixteen x = load_sixteen(y + j, k, count);
+      for (int half = 0; half < 2; ++half) {
+        const __m512d v = half ? x.hi : x.lo;
+        const __mmask8 is_large = _mm512_cmp_pd_mask(v, large, _CMP_GE_OQ), is_small = small_lanes(v, small);
         classified = classified && (is_large | is_small) == 0xff;
-        negative = negative || _mm512_cmp_pd_mask(v, zero, _CMP_LT_OQ) != 0;
-        keep |= static_cast<uint32_t>(static_cast<__mmask8>(lanes >> (8 * half_index)) & ~is_small) << (k + 8 * half_index);
+        negative = negative || _mm512_cmp_pd_mask(v, _mm512_setzero_pd(), _CMP_LT_OQ) != 0;
+        keep |= static_cast<uint32_t>(static_cast<__mmask8>(x.valid >> (8 * half)) & ~is_small) << (k + 8 * half);
         sum = _mm512_mask_add_pd(sum, is_large, sum, v);
         least = _mm512_mask_min_pd(least, is_large, least, v);
-        ++half_index;
       }
     }
     bool exact = false;
