@@ -8,8 +8,8 @@
 // tiny_memory (tiny_memory.cpp) reports peak RSS after N steps.
 #include <benchmark/benchmark.h>
 
-#include "ops/ops.hpp"
-#include "optim/sgd.hpp"
+#include "tapegrad/ops/ops.hpp"
+#include "tapegrad/optim/sgd.hpp"
 #include "tiny_model.hpp"
 
 using namespace tapegrad;

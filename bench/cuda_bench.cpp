@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "bob_model.hpp"
-#include "cuda/cuda.hpp"
+#include "tapegrad/cuda/cuda.hpp"
 #include "default_corpus.hpp"
-#include "graph/graph.hpp"
-#include "ops/kernels.hpp"
-#include "ops/ops.hpp"
-#include "optim/sgd.hpp"
+#include "tapegrad/graph/graph.hpp"
+#include "tapegrad/kernels/kernels.hpp"
+#include "tapegrad/ops/ops.hpp"
+#include "tapegrad/optim/sgd.hpp"
 
 using namespace tapegrad;
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "optim/sgd.hpp"
+#include "tapegrad/optim/sgd.hpp"
 #include "tiny_model.hpp"
 
 int main(int argc, char** argv) {

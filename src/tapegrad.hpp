@@ -7,13 +7,13 @@
 //   optim::SGD{0.5}.step(g.parameters());
 #pragma once
 
-#include "graph/dtype.hpp"
-#include "graph/error.hpp"
-#include "graph/gradcheck.hpp"
-#include "graph/graph.hpp"
-#include "graph/parallel.hpp"
-#include "graph/tape_dump.hpp"
-#include "graph/tensor.hpp"
-#include "ops/ops.hpp"
-#include "optim/adamw.hpp"
-#include "optim/sgd.hpp"
+#include "tapegrad/tensor/dtype.hpp"
+#include "tapegrad/tensor/error.hpp"
+#include "tapegrad/graph/gradcheck.hpp"
+#include "tapegrad/graph/graph.hpp"
+#include "tapegrad/tensor/parallel.hpp"
+#include "tapegrad/tape/tape_dump.hpp"
+#include "tapegrad/tensor/tensor.hpp"
+#include "tapegrad/ops/ops.hpp"
+#include "tapegrad/optim/adamw.hpp"
+#include "tapegrad/optim/sgd.hpp"

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "graph/tensor.hpp"
+#include "tapegrad/tensor/tensor.hpp"
 
 namespace tapegrad::testing {
 

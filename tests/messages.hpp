@@ -4,7 +4,7 @@
 #include <functional>
 #include <string>
 
-#include "graph/error.hpp"
+#include "tapegrad/tensor/error.hpp"
 
 namespace tapegrad::testing {
 

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <cstdio>
 
-#include "graph/tape_dump.hpp"
-#include "ops/ops.hpp"
+#include "tapegrad/tape/tape_dump.hpp"
+#include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
 
 namespace bob {
 
@@ -110,8 +110,9 @@ io::Checkpoint Model::state() const {
 
 Var Model::forward() {
   graph_.clear();
-  Var logits = ops::gather(w_, graph_.input(x_));      // (256, 256): row i is W[x_i]
-  return ops::cross_entropy(logits, graph_.input(y_));  // (): mean over the 256 examples
+  // cross_entropy(gather(W, x), y), the mean over the 256 examples, as one fused node: the same
+  // bits, with W's gradient row-sparse (src/ops/fused/embedding_cross_entropy.hpp)
+  return ops::embedding_cross_entropy(w_, graph_.input(x_, "x"), graph_.input(y_, "y"));
 }
 
 Tensor Model::forward_backward(bool overwrite_bug, const std::string& dump_tape, PhaseTimes* times) {

@@ -1,5 +1,6 @@
-// bob's model and learner (spec/bob.md), assembled from tapegrad: the [256, 256] f32 table W as a
-// graph parameter, logits = gather(W, x), the mean cross-entropy, the generic engine, AdamW.
+// bob's model and learner (docs/bob.md), assembled from tapegrad: the [256, 256] f32 table W as a
+// graph parameter, the mean cross-entropy of the logits W[x] (one fused op), the generic engine,
+// AdamW.
 //
 // Rule: no gradient is written here; the engine computes dW, and repeated input bytes accumulate
 // their rows there (or overwrite them, in the engine's overwrite-bug mode). The update loop
@@ -16,9 +17,9 @@
 #include <utility>
 #include <vector>
 
-#include "graph/graph.hpp"
-#include "io/bob_formats.hpp"
-#include "optim/adamw.hpp"
+#include "tapegrad/graph/graph.hpp"
+#include "bob_formats.hpp"
+#include "tapegrad/optim/adamw.hpp"
 
 namespace bob {
 

@@ -23,8 +23,8 @@
 
 #include "bob_model.hpp"
 #include "default_corpus.hpp"
-#include "graph/backend.hpp"
-#include "io/atomic_file.hpp"
+#include "tapegrad/tensor/backend.hpp"
+#include "tapegrad/io/atomic_file.hpp"
 
 extern char** environ;
 

@@ -14,7 +14,7 @@
 #include <cstdio>
 
 #include "commands.hpp"
-#include "graph/error.hpp"
+#include "tapegrad/tensor/error.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"bob: a resumable byte-level next-byte trainer (spec/bob.md), built on tapegrad's graph.\n"

@@ -15,8 +15,8 @@
 #include <cstdio>
 #include <iostream>
 
-#include "graph/error.hpp"
-#include "io/atomic_file.hpp"
+#include "tapegrad/tensor/error.hpp"
+#include "tapegrad/io/atomic_file.hpp"
 #include "stepper.hpp"
 #include "views.hpp"
 

@@ -6,7 +6,7 @@
 // (a label, a title) can close that element.
 #include <algorithm>
 
-#include "graph/error.hpp"
+#include "tapegrad/tensor/error.hpp"
 #include "page_assets.hpp"
 #include "views.hpp"
 

@@ -8,9 +8,9 @@
 #include <map>
 #include <set>
 
-#include "graph/error.hpp"
-#include "graph/tape_dump.hpp"
-#include "io/atomic_file.hpp"
+#include "tapegrad/tensor/error.hpp"
+#include "tapegrad/tape/tape_dump.hpp"
+#include "tapegrad/io/atomic_file.hpp"
 #include "text.hpp"
 
 namespace tape {

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "io/json.hpp"
+#include "tapegrad/io/json.hpp"
 
 namespace tape {
 

@@ -16,7 +16,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "io/atomic_file.hpp"
+#include "tapegrad/io/atomic_file.hpp"
 #include "tiny_model.hpp"
 
 namespace {

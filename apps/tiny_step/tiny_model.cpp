@@ -10,12 +10,12 @@
 #include <cstdio>
 #include <map>
 
-#include "graph/gradcheck.hpp"
-#include "graph/tape_dump.hpp"
-#include "io/atomic_file.hpp"
-#include "io/python_compat.hpp"
-#include "ops/ops.hpp"
-#include "optim/sgd.hpp"
+#include "tapegrad/graph/gradcheck.hpp"
+#include "tapegrad/tape/tape_dump.hpp"
+#include "tapegrad/io/atomic_file.hpp"
+#include "python_compat.hpp"
+#include "tapegrad/ops/ops.hpp"
+#include "tapegrad/optim/sgd.hpp"
 
 namespace tiny {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/graph.hpp"
-#include "io/json.hpp"
+#include "tapegrad/graph/graph.hpp"
+#include "tapegrad/io/json.hpp"
 
 namespace tiny {
 

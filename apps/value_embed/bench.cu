@@ -19,11 +19,11 @@
 #include <vector>
 
 #include "bench.hpp"
-#include "cuda/common.cuh"
-#include "cuda/value_embed.hpp"
-#include "ops/value_embed.hpp"
-#include "ops/value_embed_kernels.hpp"
-#include "optim/sparse.hpp"
+#include "tapegrad/cuda/common.cuh"
+#include "tapegrad/cuda/value_embed.hpp"
+#include "tapegrad/ops/value_embed.hpp"
+#include "tapegrad/kernels/value_embed_kernels.hpp"
+#include "tapegrad/optim/sparse.hpp"
 
 namespace ve_app {
 

@@ -12,7 +12,7 @@
 
 #include <cstdio>
 
-#include "config.hpp"
+#include "tapegrad/config.hpp"
 #include "model.hpp"
 #include "text.hpp"
 #if TAPEGRAD_WITH_CUDA

@@ -8,10 +8,10 @@
 #include <map>
 #include <random>
 
-#include "graph/tape_dump.hpp"
-#include "ops/ops.hpp"
-#include "optim/adamw.hpp"
-#include "optim/sparse.hpp"
+#include "tapegrad/tape/tape_dump.hpp"
+#include "tapegrad/ops/ops.hpp"
+#include "tapegrad/optim/adamw.hpp"
+#include "tapegrad/optim/sparse.hpp"
 
 namespace ve_app {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/graph.hpp"
-#include "ops/value_embed.hpp"
+#include "tapegrad/graph/graph.hpp"
+#include "tapegrad/ops/value_embed.hpp"
 
 namespace ve_app {
 

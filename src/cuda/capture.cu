@@ -16,7 +16,7 @@
 //   replay marks the context so that the next synchronization reads the error slot.
 // The capture mode is relaxed, so the pool's cudaMalloc calls are allowed while capturing; all
 // tapegrad work of the device is on the captured stream, so none of it escapes the graph.
-#include "cuda/common.cuh"
+#include "tapegrad/cuda/common.cuh"
 
 namespace tapegrad::cuda {
 

@@ -20,8 +20,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cuda/cuda.hpp"
-#include "graph/tensor.hpp"
+#include "tapegrad/cuda/cuda.hpp"
+#include "tapegrad/tensor/tensor.hpp"
 
 namespace tapegrad::cuda {
 

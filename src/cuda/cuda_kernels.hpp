@@ -8,7 +8,7 @@
 // an out-of-range index is recorded on the device and reported at the next synchronization.
 #pragma once
 
-#include "ops/kernels.hpp"
+#include "tapegrad/kernels/kernels.hpp"
 
 namespace tapegrad::cuda {
 

@@ -4,9 +4,9 @@
 // same order (src/ops/cpu/elementwise.cpp), so an output may alias an input and the results
 // equal the CPU's bit for bit, except f32 exp/log/tanh and f64 tanh, which are CUDA's own
 // functions (within a few ulp). f64 exp and log are correctly rounded on both (src/ops/cr_math.hpp).
-#include "cuda/common.cuh"
-#include "cuda/cuda_kernels.hpp"
-#include "ops/cr_math.hpp"
+#include "tapegrad/cuda/common.cuh"
+#include "tapegrad/cuda/cuda_kernels.hpp"
+#include "tapegrad/kernels/cr_math.hpp"
 
 namespace tapegrad::cuda {
 

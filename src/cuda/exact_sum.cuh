@@ -10,7 +10,7 @@
 
 #include <cmath>
 
-#include "ops/cr_math.hpp"  // TG_HD
+#include "tapegrad/kernels/cr_math.hpp"  // TG_HD
 
 namespace tapegrad::cuda {
 

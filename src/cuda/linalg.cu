@@ -11,9 +11,9 @@
 #include <atomic>
 #include <string>
 
-#include "cuda/common.cuh"
-#include "cuda/cuda_kernels.hpp"
-#include "cuda/exact_sum.cuh"
+#include "tapegrad/cuda/common.cuh"
+#include "tapegrad/cuda/cuda_kernels.hpp"
+#include "tapegrad/cuda/exact_sum.cuh"
 
 namespace tapegrad::cuda {
 

@@ -10,7 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "cuda/common.cuh"
+#include "tapegrad/cuda/common.cuh"
 
 namespace tapegrad::cuda {
 

@@ -4,8 +4,8 @@
 // Rule: per element, the CPU kernel's arithmetic in its order (src/ops/cpu/elementwise.cpp),
 // rounded after every operation (--fmad=false), with the scalars the CPU derives computed the
 // same way on the host; so parameters and moments equal the CPU's bit for bit.
-#include "cuda/common.cuh"
-#include "cuda/cuda_kernels.hpp"
+#include "tapegrad/cuda/common.cuh"
+#include "tapegrad/cuda/cuda_kernels.hpp"
 
 namespace tapegrad::cuda {
 

@@ -18,10 +18,10 @@
 //   instructions (Note [scatter by row]).
 // - An id or target out of range is recorded (Note [kernel errors] in memory.cu) and its access
 //   skipped; the host reports it at the next synchronization.
-#include "cuda/common.cuh"
-#include "cuda/cuda_kernels.hpp"
-#include "cuda/exact_sum.cuh"
-#include "ops/cr_math.hpp"
+#include "tapegrad/cuda/common.cuh"
+#include "tapegrad/cuda/cuda_kernels.hpp"
+#include "tapegrad/cuda/exact_sum.cuh"
+#include "tapegrad/kernels/cr_math.hpp"
 
 namespace tapegrad::cuda {
 

@@ -27,8 +27,8 @@
 #include <cub/device/device_select.cuh>
 #include <thrust/iterator/counting_iterator.h>
 
-#include "cuda/common.cuh"
-#include "cuda/value_embed.hpp"
+#include "tapegrad/cuda/common.cuh"
+#include "tapegrad/cuda/value_embed.hpp"
 
 namespace tapegrad::cuda {
 
@@ -638,7 +638,7 @@ GroupWorkspace carve(const Tensor& workspace, int64_t vocab) {
 int64_t workspace_elements(int64_t vocab) { return 4 + 2 * round4(vocab + 1) + 3 * kGroupBatch; }
 
 // Whether an atomic backward of `reductions` vector reductions (P*T*D/N) takes the combined path.
-bool combine(const ops::ValueEmbedBuffer& buffer, int64_t reductions, int64_t vocab) {
+bool combine(const kernels::ValueEmbedBuffer& buffer, int64_t reductions, int64_t vocab) {
   const Tensor& w = buffer.workspace;
   return w.defined() && w.dtype() == DType::i32 && w.numel() >= workspace_elements(vocab) &&
          reductions >= value_embed_tuning().combine_min_reductions;
@@ -646,7 +646,7 @@ bool combine(const ops::ValueEmbedBuffer& buffer, int64_t reductions, int64_t vo
 
 // Per batch of at most kGroupBatch positions: group them by id (steps 1 to 3), then the run kernel.
 template <class G, class S, class I, int N>
-void accumulate_combined(DeviceContext& ctx, const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedBuffer& buffer,
+void accumulate_combined(DeviceContext& ctx, const Tensor& dplanes, const Tensor& ids, kernels::ValueEmbedBuffer& buffer,
                          ErrorSite site) {
   const int64_t planes = dplanes.dim(0), t = dplanes.dim(1), d = dplanes.dim(2), vocab = buffer.touched.dim(0);
   const int chunks = static_cast<int>(d / N), group = lanes_per_row(chunks), slices = (chunks + group - 1) / group;
@@ -721,8 +721,8 @@ int64_t value_embed_workspace_elements(Device device, int64_t vocab) {
   return workspace_elements(vocab);
 }
 
-void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode,
-                            ops::ValueEmbedBuffer& buffer) {
+void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, kernels::ValueEmbedAccumulate mode,
+                            kernels::ValueEmbedBuffer& buffer) {
   const int64_t planes = dplanes.dim(0), t = dplanes.dim(1), d = dplanes.dim(2), vocab = buffer.touched.dim(0);
   if (planes * t == 0) return;
   Tensor& sum = buffer.sum;
@@ -733,7 +733,7 @@ void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::Value
     dispatch_table("value_embed_backward", dplanes.dtype(), [&]<class G>() {
       dispatch_buffer("value_embed_backward", sum.dtype(), [&]<class S>() {
         dispatch_pack(d, [&]<int N>() {
-          if (mode == ops::ValueEmbedAccumulate::deterministic) {
+          if (mode == kernels::ValueEmbedAccumulate::deterministic) {
             accumulate_deterministic<G, S, I, N>(ctx, dplanes, ids, sum, touched, site);
             return;
           }

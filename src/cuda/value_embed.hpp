@@ -6,7 +6,7 @@
 // value_embed_select_touched (the pull must learn how many rows it takes).
 #pragma once
 
-#include "ops/value_embed_kernels.hpp"
+#include "tapegrad/kernels/value_embed_kernels.hpp"
 
 namespace tapegrad::cuda {
 
@@ -22,8 +22,8 @@ ValueEmbedTuning& value_embed_tuning();
 
 void value_embed_gather(const Tensor& weight, const Tensor& ids, Tensor& planes);
 int64_t value_embed_workspace_elements(Device device, int64_t vocab);
-void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode,
-                            ops::ValueEmbedBuffer& buffer);
+void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, kernels::ValueEmbedAccumulate mode,
+                            kernels::ValueEmbedBuffer& buffer);
 int64_t value_embed_select_touched(const Tensor& touched, Tensor& selected);
 void value_embed_take_rows(Tensor& sum, Tensor& touched, const Tensor& selected, int64_t count, Tensor& rows,
                            Tensor& grad);

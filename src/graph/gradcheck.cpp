@@ -1,5 +1,5 @@
 // Central-difference gradient check (see gradcheck.hpp).
-#include "graph/gradcheck.hpp"
+#include "tapegrad/graph/gradcheck.hpp"
 
 #include <cmath>
 

@@ -9,7 +9,7 @@
 #include <functional>
 #include <vector>
 
-#include "graph/graph.hpp"
+#include "tapegrad/graph/graph.hpp"
 
 namespace tapegrad {
 

@@ -9,12 +9,20 @@
 // branch in any op. Sums inside one op's own backward (a matmul's inner products, a bias's
 // column sums) are the op's arithmetic, not contributions meeting, and stay sums. The tiny
 // step's reference reproduces the bug with `accumulate=False`; tests/graph checks both places.
-#include "graph/graph.hpp"
+//
+// Note [fused ops and the door]
+// A fused op (src/ops/fused) may do in its backward what the door would do across several nodes:
+// embedding_cross_entropy sums the dlogits rows of repeated ids into one row-sparse gradient. That
+// is exact (the same additions in the same order), but it would hide the meeting from the
+// overwrite-bug mode and from a record. So while either is on (contributions_observed()), a fused
+// backward hands its contributions over one by one, as the unfused ops would, and the engine sees
+// them meet. The engine itself knows no fused op.
+#include "tapegrad/graph/graph.hpp"
 
-#include <algorithm>
 #include <cstring>
+#include <mutex>
 
-#include "ops/kernels.hpp"
+#include "tapegrad/kernels/kernels.hpp"
 
 namespace tapegrad {
 
@@ -36,30 +44,77 @@ const char* grad_event_kind_name(GradEvent::Kind k) {
   return "?";
 }
 
+Tensor RowSparse::to_dense(const Shape& shape) const {
+  Tensor dense = Tensor::zeros(shape, rows.dtype(), rows.device());
+  kernels::scatter_rows(dense, ids, rows, false);  // 0 + row: the bits a fresh scatter gives
+  return dense;
+}
+
+// ---- graph liveness
+//
+// Note [graph liveness]
+// A Var may outlive its Graph (a handle kept in a struct that lives longer). Its pointer then
+// names freed memory, so it cannot ask the graph itself. Every graph takes a slot in a fixed table
+// of generation counters while it lives; a Var carries the slot and the generation it saw. The
+// destructor bumps the slot's generation, so a stale Var finds another number there and says its
+// graph is gone. The table is never freed and one relaxed load checks it.
+namespace {
+
+constexpr uint32_t kGraphSlots = 1 << 16;
+std::atomic<uint32_t> g_generation[kGraphSlots];
+std::mutex g_slots_mutex;
+std::vector<uint32_t> g_free_slots;
+uint32_t g_next_slot = 0;
+
+}  // namespace
+
+Graph::Graph() {
+  std::lock_guard<std::mutex> lock(g_slots_mutex);
+  if (!g_free_slots.empty()) {
+    slot_ = g_free_slots.back();
+    g_free_slots.pop_back();
+  } else {
+    if (g_next_slot == kGraphSlots)
+      throw Error("[graph] more than " + std::to_string(kGraphSlots) + " graphs alive at once");
+    slot_ = g_next_slot++;
+  }
+  generation_ = g_generation[slot_].load(std::memory_order_relaxed);
+}
+
+Graph::~Graph() {
+  std::lock_guard<std::mutex> lock(g_slots_mutex);
+  g_generation[slot_].fetch_add(1, std::memory_order_relaxed);
+  g_free_slots.push_back(slot_);
+}
+
 // ---- Var
 
 Graph& Var::graph() const {
   if (!g_) throw Error("[var] this Var is empty (default-constructed)");
+  if (g_generation[slot_].load(std::memory_order_relaxed) != generation_)
+    throw Error("[var] value " + std::to_string(id_) + " belongs to a Graph that was destroyed; a Var must not "
+                "outlive its graph");
   return *g_;
 }
-const Tensor& Var::value() const {
-  graph().checked(*this);
-  return g_->filled(id_);
-}
+const Tensor& Var::value() const { return graph().checked(*this).data; }
 const Tensor& Var::grad() const {
   graph().checked(*this);
-  return g_->dense_grad(id_);
+  Value& v = g_->mutable_value(id_);
+  if (v.sparse_grad.defined()) {  // asked for dense: made so once
+    v.grad = v.sparse_grad.to_dense(v.data.shape());
+    v.sparse_grad = RowSparse();
+  }
+  return v.grad;
 }
-const uint8_t* Var::grad_rows() const {
+const RowSparse* Var::sparse_grad() const {
   const Value& v = graph().checked(*this);
-  const bool current = v.grad.defined() && !v.grad_rows.empty() && v.grad_rows_of == v.grad.raw_data();
-  return current ? v.grad_rows.data() : nullptr;
+  return v.sparse_grad.defined() ? &v.sparse_grad : nullptr;
 }
 bool Var::requires_grad() const { return graph().checked(*this).requires_grad; }
 const std::string& Var::label() const { return graph().checked(*this).label; }
 Var& Var::label(std::string name) {
   graph().checked(*this);
-  g_->value(id_).label = std::move(name);
+  g_->mutable_value(id_).label = std::move(name);
   return *this;
 }
 
@@ -75,38 +130,6 @@ const Value& Graph::checked(const Var& v) const {
   return value(v.id_);
 }
 
-// Note [deferred row copies]
-// A gather with host ids writes only the first row of each kind and leaves the copies (the rows
-// Value::row_copies names as repeats of an earlier row) unwritten, with copies_pending set: an op
-// that knows row_copies reads only first rows (cross_entropy), and bob's 26 distinct rows of 256
-// cost 26 KiB of writes instead of 256 KiB. Everything else reads the value through filled()
-// (Var::value(), BackwardContext::input()/output(), tape dumps), which copies the first rows into
-// place once; the bytes are then the ones a full gather writes. Only an op's front-end that reads
-// row_copies may read Value::data directly.
-const Tensor& Graph::filled(int32_t id) const {
-  Value& v = const_cast<Graph*>(this)->value(id);
-  if (v.copies_pending) {
-    kernels::fill_row_copies(v.data, v.row_copies);
-    v.copies_pending = false;
-  }
-  return v.data;
-}
-
-const Tensor& Graph::dense_grad(int32_t id) const {
-  Value& v = const_cast<Graph*>(this)->value(id);
-  if (v.grad_source.defined()) {
-    v.grad = v.grad_source.materialize();
-    v.grad_source = RowSource();
-  }
-  return v.grad;
-}
-
-Tensor RowSource::materialize() const {
-  Tensor out = Tensor::empty(shape, dtype, device);
-  if (shape.ndim() > 0 && shape[0] > 0) fill(0, out);
-  return out;
-}
-
 Var Graph::push_value(StableVector<Value>& into, int32_t id, Tensor data, ValueKind kind, bool requires_grad,
                       std::string label) {
   Value& v = into.emplace_back();
@@ -115,67 +138,69 @@ Var Graph::push_value(StableVector<Value>& into, int32_t id, Tensor data, ValueK
   v.requires_grad = requires_grad;
   v.serial = next_serial_++;
   v.label = std::move(label);
-  return Var(this, id, v.serial);
+  return Var(this, id, v.serial, slot_, generation_);
 }
 
 Var Graph::parameter(Tensor value, std::string label) {
-  if (!value.defined()) throw Error("[parameter] needs a defined tensor");
+  if (!value.defined()) throw Error("[parameter] the tensor is undefined");
   if (!is_floating(value.dtype()))
-    throw Error(std::string("[parameter] parameters must be floating point, got ") + dtype_name(value.dtype()));
+    throw Error(std::string("[parameter] parameters must be floating point, got ") +
+                dtype_name(value.dtype()));
   int32_t id = -static_cast<int32_t>(params_.size()) - 1;
   return push_value(params_, id, std::move(value), ValueKind::parameter, true, std::move(label));
 }
 
 Var Graph::input(Tensor value, std::string label) {
-  if (!value.defined()) throw Error("[input] needs a defined tensor");
-  return push_value(values_, static_cast<int32_t>(values_.size()), std::move(value), ValueKind::input, false,
-                    std::move(label));
+  if (!value.defined()) throw Error("[input] the tensor is undefined");
+  int32_t id = static_cast<int32_t>(values_.size());
+  return push_value(values_, id, std::move(value), ValueKind::input, false, std::move(label));
 }
 
-std::vector<Var> Graph::parameters() const {
+std::vector<Var> Graph::parameters() {
   std::vector<Var> out;
-  out.reserve(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i)
-    out.push_back(Var(const_cast<Graph*>(this), -static_cast<int32_t>(i) - 1, params_[i].serial));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    int32_t id = -static_cast<int32_t>(i) - 1;
+    out.push_back(Var(this, id, params_[i].serial, slot_, generation_));
+  }
   return out;
 }
 
 Var Graph::var(int32_t id) {
-  Value& v = value(id);
-  return Var(this, id, v.serial);
+  const bool in_range = id < 0 ? static_cast<size_t>(-id - 1) < params_.size() : static_cast<size_t>(id) < values_.size();
+  if (!in_range) throw Error("[var] no value with id " + std::to_string(id));
+  return Var(this, id, value(id).serial, slot_, generation_);
 }
 
-Var Graph::record(const char* op, Tensor out, std::initializer_list<Var> inputs, BackwardFn backward, Node** node) {
+Var Graph::record(const char* op, Tensor out, std::initializer_list<Var> inputs, BackwardFn backward,
+                  std::array<Tensor, 2> saved, double scalar) {
   bool needs = false;
-  if (grad_enabled_)
+  if (grad_enabled_ && backward)
     for (const Var& in : inputs) needs = needs || checked(in).requires_grad;
   int32_t id = static_cast<int32_t>(values_.size());
+  if (needs && freed_)
+    throw Error(std::string("[") + op + "] this tape was freed by backward(); call clear() before recording the next step");
   Var result = push_value(values_, id, std::move(out), ValueKind::activation, needs, std::string());
-  if (node) *node = nullptr;
   if (needs) {
-    if (freed_) throw Error(std::string("[") + op + "] this tape was freed by backward(); call clear() before recording the next step");
     Node& n = nodes_.emplace_back();
     n.op = op;
     n.backward = backward;
     n.output = id;
     TG_CHECK(inputs.size() <= n.inputs.size(), "too many inputs for one node");
-    for (const Var& in : inputs) n.inputs[n.n_inputs++] = in.id_;
-    if (node) *node = &n;
+    for (const Var& in : inputs) {
+      n.versions[n.n_inputs] = value(in.id_).data.version();
+      n.inputs[n.n_inputs++] = in.id_;
+    }
+    n.versions[3] = values_[static_cast<size_t>(id)].data.version();
+    n.saved = std::move(saved);
+    n.scalar = scalar;
   }
   return result;
 }
 
 void Graph::zero_grad() {
   for (size_t i = 0; i < params_.size(); ++i) {
-    Value& p = params_[i];
-    // a row-wise gradient nothing else holds: kept, with the rows it may have written
-    if (p.grad.defined() && p.grad.unique() && !p.grad_rows.empty() && p.grad_rows_of == p.grad.raw_data()) {
-      p.spare_grad = std::move(p.grad);
-      p.spare_rows = std::move(p.grad_rows);
-    }
-    p.grad = Tensor();
-    p.grad_rows.clear();
-    p.grad_rows_of = nullptr;
+    params_[i].grad = Tensor();
+    params_[i].sparse_grad = RowSparse();
   }
 }
 
@@ -192,6 +217,33 @@ void Graph::rewind(size_t mark) {
 }
 
 // ---- the engine
+//
+// Note [saved versions]
+// A backward reads its node's inputs and output as they were when the node was recorded. If one
+// of them was written in place since (a parameter overwritten between forward and backward), the
+// rule would compute a wrong gradient without a sign. Every storage counts its in-place writes
+// (Tensor::version); the node keeps the counts it saw, and the engine compares them before it runs
+// the rule, naming the op and the value, as PyTorch's "modified by an inplace operation" does.
+
+namespace {
+
+void check_versions(const Graph& g, const Node& n) {
+  auto check = [&](int32_t id, uint32_t recorded, const std::string& what) {
+    const Value& v = g.value(id);
+    const uint32_t now = v.data.version();
+    if (now == recorded) return;
+    throw Error(std::string("[") + n.op + "] " + what + " (value " + std::to_string(id) +
+                (v.label.empty() ? "" : ", '" + v.label + "'") + ", " + value_kind_name(v.kind) +
+                ") was modified in place after it was recorded (version " + std::to_string(recorded) + ", now " +
+                std::to_string(now) + "); its backward would compute a wrong gradient. Write it before the "
+                "forward pass, or after backward()");
+  };
+  for (int k = 0; k < n.n_inputs; ++k)
+    check(n.inputs[static_cast<size_t>(k)], n.versions[static_cast<size_t>(k)], "input " + std::to_string(k));
+  check(n.output, n.versions[3], "its output");
+}
+
+}  // namespace
 
 void Graph::backward(Var loss, const BackwardOptions& options) {
   const Value& l = checked(loss);
@@ -206,16 +258,17 @@ void Graph::backward(Var loss, const BackwardOptions& options) {
 
   for (size_t i = 0; i < values_.size(); ++i) {
     values_[i].grad = Tensor();
-    values_[i].grad_source = RowSource();
+    values_[i].sparse_grad = RowSparse();
   }
   Tensor seed = Tensor::empty(l.data.shape(), l.data.dtype(), l.data.device());
   kernels::fill(seed, 1.0);
-  value(loss.id_).grad = seed;
+  mutable_value(loss.id_).grad = seed;
 
   for (size_t i = nodes_.size(); i-- > 0;) {
     const Node& n = nodes_[i];
     const Value& out = values_[static_cast<size_t>(n.output)];
-    if (!out.grad.defined() && !out.grad_source.defined()) continue;  // not on the loss's path
+    if (!out.grad.defined() && !out.sparse_grad.defined()) continue;  // not on the loss's path
+    check_versions(*this, n);
     if (options.record) options.record->visits.push_back(static_cast<int32_t>(i));
     BackwardContext ctx(*this, n, static_cast<int32_t>(i), options);
     n.backward(ctx);
@@ -227,148 +280,95 @@ void Graph::backward(Var loss, const BackwardOptions& options) {
   }
 }
 
-// ---- BackwardContext
+// ---- BackwardContext: what a rule reads
 
-const Tensor& BackwardContext::grad_output() const { return g_.dense_grad(node_->output); }
-const RowSource* BackwardContext::grad_output_source() const {
-  const Value& out = g_.value(node_->output);
-  return out.grad_source.defined() ? &out.grad_source : nullptr;
-}
-const Tensor& BackwardContext::output() const { return g_.filled(node_->output); }
-const Tensor& BackwardContext::input(int k) const { return g_.filled(node_->inputs[static_cast<size_t>(k)]); }
+const Tensor& BackwardContext::grad_output() const { return g_.var(node_->output).grad(); }
+const Tensor& BackwardContext::output() const { return g_.value(node_->output).data; }
+const Tensor& BackwardContext::input(int k) const { return g_.value(node_->inputs[static_cast<size_t>(k)]).data; }
 Tensor BackwardContext::take_saved(int k) {
   Tensor& slot = g_.nodes_[static_cast<size_t>(node_index_)].saved[static_cast<size_t>(k)];
   if (options_.retain_graph || !slot.unique()) return Tensor();
   return std::move(slot);
 }
-
 bool BackwardContext::needs_grad(int k) const {
   return g_.value(node_->inputs[static_cast<size_t>(k)]).requires_grad;
 }
 
+// ---- the door: every contribution passes here
+
 namespace {
 
-void check_contribution(const char* op, int k, const Tensor& target, const Shape& shape, DType dtype, Device device,
-                        const char* what) {
-  if (!(shape == target.shape()) || dtype != target.dtype() || !(device == target.device()))
+void check_contribution(const char* op, int k, const Tensor& target, const Tensor& c, const char* what) {
+  if (!(c.shape() == target.shape()) || c.dtype() != target.dtype() || !(c.device() == target.device()))
     throw Error(std::string("[engine] the backward of ") + op + " gave input " + std::to_string(k) + " " + what +
-                " of shape " + shape.str() + " " + dtype_name(dtype) + " on " + device.str() + ", but that input is " +
-                target.shape().str() + " " + dtype_name(target.dtype()) + " on " + target.device().str());
-}
-
-// Host ids (i32 or i64): id i, widened.
-int64_t id_at(const Tensor& ids, int64_t i) {
-  return ids.dtype() == DType::i32 ? int64_t{static_cast<const int32_t*>(ids.raw_data())[i]}
-                                   : static_cast<const int64_t*>(ids.raw_data())[i];
-}
-
-// Whether every id names a row of a table of `rows` rows (host ids).
-bool ids_in_range(const Tensor& ids, int64_t rows) {
-  for (int64_t i = 0; i < ids.numel(); ++i)
-    if (id_at(ids, i) < 0 || id_at(ids, i) >= rows) return false;
-  return true;
-}
-
-// A slot we are about to modify in place must not share storage with a tensor someone else holds.
-void make_private(Tensor& slot) {
-  if (!slot.unique()) slot = slot.clone();
+                " of shape " + c.shape().str() + " " + dtype_name(c.dtype()) + " on " + c.device().str() +
+                ", but that input is " + target.shape().str() + " " + dtype_name(target.dtype()) + " on " +
+                target.device().str());
 }
 
 }  // namespace
 
-void BackwardContext::accumulate(int k, const Tensor& contribution) {
-  int32_t to = node_->inputs[static_cast<size_t>(k)];
-  Value& target = g_.value(to);
-  if (!target.requires_grad) return;
-  check_contribution(node_->op, k, target.data, contribution.shape(), contribution.dtype(), contribution.device(),
-                     "a gradient");
-  if (target.grad_source.defined()) g_.dense_grad(to);  // a second contribution meets the first as bytes
-
+void BackwardContext::log(int k, GradEvent::Kind kind, const Tensor& contribution, Tensor discarded, int64_t row) {
   GradEvent ev;
-  target.grad_rows.clear();  // a dense contribution: any row may be nonzero
+  ev.node = node_index_;
+  ev.to_value = node_->inputs[static_cast<size_t>(k)];
+  ev.input_slot = k;
+  ev.row = row;
+  ev.kind = kind;
+  ev.contribution = contribution.clone();
+  ev.discarded = std::move(discarded);
+  options_.record->events.push_back(std::move(ev));
+}
+
+void BackwardContext::accumulate(int k, const Tensor& contribution) {
+  Value& target = g_.mutable_value(node_->inputs[static_cast<size_t>(k)]);
+  if (!target.requires_grad) return;
+  check_contribution(node_->op, k, target.data, contribution, "a gradient");
+  if (target.sparse_grad.defined()) {  // a row-sparse gradient meets a dense one as bytes
+    target.grad = target.sparse_grad.to_dense(target.data.shape());
+    target.sparse_grad = RowSparse();
+  }
+  GradEvent::Kind kind;
+  Tensor discarded;
   if (!target.grad.defined()) {
-    target.grad = contribution;
-    ev.kind = GradEvent::Kind::set;
+    // A parameter's gradient is the user's to read and transform: its bytes are its own, never
+    // shared with another slot (add(p1, p2) hands one tensor to both).
+    target.grad = target.kind == ValueKind::parameter && !contribution.unique() ? contribution.clone() : contribution;
+    kind = GradEvent::Kind::set;
   } else if (options_.overwrite_bug) {
-    if (options_.record) ev.discarded = target.grad.clone();
-    target.grad = contribution;
-    ev.kind = GradEvent::Kind::overwritten;
+    if (options_.record) discarded = target.grad.clone();
+    target.grad = target.kind == ValueKind::parameter ? contribution.clone() : contribution;
+    kind = GradEvent::Kind::overwritten;
   } else {
-    make_private(target.grad);
+    if (!target.grad.unique()) target.grad = target.grad.clone();  // never write bytes another handle holds
     kernels::binary(kernels::Binary::add, target.grad, contribution, target.grad);
-    ev.kind = GradEvent::Kind::added;
+    target.grad.mark_modified();
+    kind = GradEvent::Kind::added;
   }
-  if (options_.record) {
-    ev.node = node_index_;
-    ev.to_value = to;
-    ev.input_slot = k;
-    ev.contribution = contribution.clone();
-    options_.record->events.push_back(std::move(ev));
-  }
+  if (options_.record) log(k, kind, contribution, std::move(discarded));
 }
 
-// Note [row sources]
-// A backward may hand its input's gradient over as a RowSource instead of bytes (cross_entropy's
-// dlogits, whose rows it can compute from (k, V) distinct probabilities). The engine keeps it as
-// the input's pending gradient when that input is an activation nothing else has reached yet and
-// no record is being made; a consumer that scatters rows (the gather's backward, through
-// accumulate_rows) then fills a block of rows at a time into a buffer that stays in L1 and
-// scatters it before filling the next. The additions are the ones the whole tensor would get, in
-// the same order, so the bits are the same; what is saved is writing and reading back the (B, V)
-// gradient (for bob 256 KiB each way, about a third of an update). Anyone else who asks for the
-// gradient (grad_output(), Var::grad(), a second contribution) gets it filled whole, once.
-void BackwardContext::accumulate(int k, RowSource contribution) {
-  int32_t to = node_->inputs[static_cast<size_t>(k)];
-  Value& target = g_.value(to);
+void BackwardContext::accumulate(int k, RowSparse contribution) {
+  Value& target = g_.mutable_value(node_->inputs[static_cast<size_t>(k)]);
   if (!target.requires_grad) return;
-  check_contribution(node_->op, k, target.data, contribution.shape, contribution.dtype, contribution.device,
-                     "a gradient");
-  if (target.kind == ValueKind::activation && !target.grad.defined() && !target.grad_source.defined() &&
-      !options_.record) {
-    target.grad_rows.clear();
-    target.grad_source = std::move(contribution);
+  const Tensor& t = target.data;
+  const Tensor& rows = contribution.rows;
+  const Tensor& ids = contribution.ids;
+  if (t.ndim() != 2 || rows.ndim() != 2 || ids.ndim() != 1 || rows.dim(0) != ids.dim(0) || rows.dim(1) != t.dim(1) ||
+      rows.dtype() != t.dtype() || !(rows.device() == t.device()) || !is_integer(ids.dtype()))
+    throw Error(std::string("[engine] the backward of ") + node_->op + " gave input " + std::to_string(k) +
+                " row-sparse rows " + rows.shape().str() + " " + dtype_name(rows.dtype()) + " at ids " +
+                ids.shape().str() + " " + dtype_name(ids.dtype()) + ", which do not fit that input, " +
+                t.shape().str() + " " + dtype_name(t.dtype()) + " on " + t.device().str());
+  if (!target.grad.defined() && !target.sparse_grad.defined() && !options_.record) {
+    target.sparse_grad = std::move(contribution);
     return;
   }
-  accumulate(k, contribution.materialize());
-}
-
-void BackwardContext::accumulate_rows(int k, const Tensor& ids, const RowSource& rows) {
-  int32_t to = node_->inputs[static_cast<size_t>(k)];
-  Value& target = g_.value(to);
-  if (!target.requires_grad) return;
-  const Shape& shape = rows.shape;
-  const int64_t row_bytes = shape.ndim() == 2 ? shape[1] * static_cast<int64_t>(dtype_size(rows.dtype)) : 0;
-  // ~16 KiB of rows: the buffer, the rows it adds into and what fills it stay in L1 (a block of
-  // 16 KiB measured 2 to 3 us faster per bob backward than filling all 256 KiB, docs/bob.md)
-  const int64_t block = row_bytes > 0 ? std::max<int64_t>(1, (16 << 10) / row_bytes) : 0;
-  // Blocks only where they can pay: host rows and ids, more than one block, nothing recorded, and
-  // ids already known good (else the whole-tensor path's checks and messages, before any write).
-  if (options_.record || block == 0 || shape[0] <= block || !rows.device.is_cpu() || !ids.device().is_cpu() ||
-      ids.ndim() != 1 || ids.dim(0) != shape[0] || target.data.ndim() != 2 || !(target.data.device() == rows.device) ||
-      !ids_in_range(ids, target.data.dim(0))) {
-    accumulate_rows(k, ids, rows.materialize());
-    return;
-  }
-  const int64_t n = shape[0];
-  const size_t id_bytes = dtype_size(ids.dtype());
-  Tensor buffer = Tensor::empty(Shape{block, shape[1]}, rows.dtype, rows.device);
-  Tensor block_ids = Tensor::empty(Shape{block}, ids.dtype());
-  for (int64_t begin = 0; begin < n; begin += block) {
-    const int64_t r = std::min(block, n - begin);
-    if (r < block) {  // the last, shorter block
-      buffer = Tensor::empty(Shape{r, shape[1]}, rows.dtype, rows.device);
-      block_ids = Tensor::empty(Shape{r}, ids.dtype());
-    }
-    rows.fill(begin, buffer);
-    std::memcpy(block_ids.raw_data(), static_cast<const char*>(ids.raw_data()) + static_cast<size_t>(begin) * id_bytes,
-                static_cast<size_t>(r) * id_bytes);
-    accumulate_rows(k, block_ids, buffer);  // the first block starts the gradient, the rest add
-  }
+  accumulate(k, contribution.to_dense(t.shape()));
 }
 
 void BackwardContext::accumulate_rows(int k, const Tensor& ids, const Tensor& rows) {
-  int32_t to = node_->inputs[static_cast<size_t>(k)];
-  Value& target = g_.value(to);
+  Value& target = g_.mutable_value(node_->inputs[static_cast<size_t>(k)]);
   if (!target.requires_grad) return;
   const Tensor& table = target.data;
   if (table.ndim() != 2 || rows.ndim() != 2 || ids.ndim() != 1 || rows.dim(0) != ids.dim(0) ||
@@ -376,83 +376,50 @@ void BackwardContext::accumulate_rows(int k, const Tensor& ids, const Tensor& ro
     throw Error(std::string("[engine] the backward of ") + node_->op + " gave input " + std::to_string(k) +
                 " rows of shape " + rows.shape().str() + " at ids " + ids.shape().str() +
                 ", which do not fit its table " + table.shape().str());
+  if (target.sparse_grad.defined()) {
+    target.grad = target.sparse_grad.to_dense(table.shape());
+    target.sparse_grad = RowSparse();
+  }
 
   if (options_.record) {  // per-row events, computed on the host before the slot changes
-    std::vector<double> id_list = ids.to_doubles();
+    const std::vector<double> id_list = ids.to_doubles();
     std::vector<bool> written(static_cast<size_t>(table.dim(0)), target.grad.defined());
-    Tensor before = target.grad.defined() ? target.grad.to(Device::cpu()) : Tensor();
-    Tensor host_rows = rows.to(Device::cpu());
-    int64_t d = table.dim(1);
+    const Tensor before = target.grad.defined() ? target.grad.to(Device::cpu()) : Tensor();
+    const Tensor host_rows = rows.to(Device::cpu());
+    const int64_t d = table.dim(1);
+    const size_t row_bytes = static_cast<size_t>(d) * dtype_size(rows.dtype());
+    std::vector<Tensor> last(written.size());  // the last contribution to each row in this call
+    auto row_of = [&](const Tensor& t, int64_t r) {
+      Tensor out = Tensor::empty(Shape{d}, rows.dtype());
+      std::memcpy(out.raw_data(), static_cast<const char*>(t.raw_data()) + static_cast<size_t>(r) * row_bytes, row_bytes);
+      return out;
+    };
     for (size_t i = 0; i < id_list.size(); ++i) {
-      int64_t r = static_cast<int64_t>(id_list[i]);
+      const int64_t r = static_cast<int64_t>(id_list[i]);
       if (r < 0 || r >= table.dim(0)) break;  // the kernel below reports it
-      GradEvent ev;
-      ev.node = node_index_;
-      ev.to_value = to;
-      ev.input_slot = k;
-      ev.row = r;
-      ev.contribution = Tensor::empty(Shape{d}, rows.dtype());
-      std::memcpy(ev.contribution.raw_data(),
-                  static_cast<const char*>(host_rows.raw_data()) + static_cast<size_t>(i * d) * dtype_size(rows.dtype()),
-                  static_cast<size_t>(d) * dtype_size(rows.dtype()));
+      const Tensor c = row_of(host_rows, static_cast<int64_t>(i));
+      GradEvent::Kind kind = GradEvent::Kind::added;
+      Tensor discarded;
       if (!written[static_cast<size_t>(r)]) {
-        ev.kind = GradEvent::Kind::set;
+        kind = GradEvent::Kind::set;
       } else if (options_.overwrite_bug) {
-        ev.kind = GradEvent::Kind::overwritten;
-        // The row as it stands before this write: the previous contribution, or the earlier gradient.
-        ev.discarded = Tensor::empty(Shape{d}, rows.dtype());
-        const GradEvent* prev = nullptr;
-        for (auto it = options_.record->events.rbegin(); it != options_.record->events.rend(); ++it)
-          if (it->node == node_index_ && it->to_value == to && it->row == r) { prev = &*it; break; }
-        if (prev) ev.discarded = prev->contribution.clone();
-        else std::memcpy(ev.discarded.raw_data(),
-                         static_cast<const char*>(before.raw_data()) + static_cast<size_t>(r * d) * dtype_size(rows.dtype()),
-                         static_cast<size_t>(d) * dtype_size(rows.dtype()));
-      } else {
-        ev.kind = GradEvent::Kind::added;
+        kind = GradEvent::Kind::overwritten;  // what stood there: this call's last row, or the earlier gradient
+        discarded = last[static_cast<size_t>(r)].defined() ? last[static_cast<size_t>(r)] : row_of(before, r);
       }
       written[static_cast<size_t>(r)] = true;
-      options_.record->events.push_back(std::move(ev));
+      last[static_cast<size_t>(r)] = c;
+      log(k, kind, c, std::move(discarded), r);
     }
   }
 
-  // Note [row-wise gradients]
-  // A gradient made only of rows (a gather's backward) is +0 outside the rows its ids name. With
-  // host ids the engine keeps one flag per row saying which rows may be nonzero (Value::grad_rows),
-  // which optimizers use to skip the rest (AdamW reads neither the gradient nor the moments of a
-  // row that is zero in all three: Note [adamw zero blocks]). And zero_grad() keeps such a
-  // gradient's buffer when nothing else holds it, so the next row-wise gradient zeroes only the
-  // rows the last one wrote instead of the whole table, then adds into it: the bits zeros and a
-  // scatter give. Both rest on the rule that a gradient's bytes are written only by the engine (a
-  // transform of a gradient makes a new tensor); a gradient assigned anew loses its flags
-  // (grad_rows_of), and one held elsewhere is not reused.
-  const bool host = ids.device().is_cpu() && table.device().is_cpu();
-  const bool first = !target.grad.defined();
-  if (first && host && target.spare_grad.defined() && target.spare_grad.unique() &&
-      target.spare_grad.shape() == table.shape() && target.spare_grad.dtype() == table.dtype() &&
-      target.spare_rows.size() == static_cast<size_t>(table.dim(0))) {
-    Tensor spare = std::move(target.spare_grad);
-    const size_t row_bytes = static_cast<size_t>(table.dim(1)) * dtype_size(table.dtype());
-    char* bytes = static_cast<char*>(spare.raw_data());
-    for (size_t r = 0; r < target.spare_rows.size(); ++r)
-      if (target.spare_rows[r]) std::memset(bytes + r * row_bytes, 0, row_bytes);
-    kernels::scatter_rows(spare, ids, rows, options_.overwrite_bug);  // checks the ids first
-    target.grad = std::move(spare);
-  } else if (first) {  // zeros and the scatter in one pass where a device can
+  if (!target.grad.defined()) {  // zeros and the scatter in one pass where a device can
     target.grad = Tensor::empty(table.shape(), table.dtype(), table.device());
     kernels::scatter_rows_fresh(target.grad, ids, rows, options_.overwrite_bug);
   } else {
-    make_private(target.grad);
+    if (!target.grad.unique()) target.grad = target.grad.clone();
     kernels::scatter_rows(target.grad, ids, rows, options_.overwrite_bug);
+    target.grad.mark_modified();
   }
-  target.spare_grad = Tensor();
-  target.spare_rows.clear();
-  if (first && host) target.grad_rows.assign(static_cast<size_t>(table.dim(0)), 0);
-  if (!host) target.grad_rows.clear();
-  if (!target.grad_rows.empty()) {  // the ids are in range: the scatter checked them
-    for (int64_t i = 0; i < ids.numel(); ++i) target.grad_rows[static_cast<size_t>(id_at(ids, i))] = 1;
-  }
-  target.grad_rows_of = target.grad.raw_data();
 }
 
 }  // namespace tapegrad

@@ -3,7 +3,7 @@
 // Rule: write to a unique temporary file in the target's folder (O_EXCL, so two writers never
 // share one), fsync it, rename it over the target, then fsync the folder so the rename itself is
 // on disk. Any failure before the rename removes the temporary file.
-#include "io/atomic_file.hpp"
+#include "tapegrad/io/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 #include <filesystem>
 #include <random>
 
-#include "graph/error.hpp"
+#include "tapegrad/tensor/error.hpp"
 
 namespace tapegrad::io {
 namespace {

@@ -2,7 +2,7 @@
 //
 // Rule: decode checks in the order of Note [order of checks] and refuses at the first problem,
 // with tapegrad::RefusedFile("checkpoint <path> refused: ..."); it only ever reads its input.
-#include "io/envelope.hpp"
+#include "tapegrad/io/envelope.hpp"
 
 #include <zlib.h>
 
@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <limits>
 
-#include "graph/error.hpp"
-#include "io/atomic_file.hpp"
+#include "tapegrad/tensor/error.hpp"
+#include "tapegrad/io/atomic_file.hpp"
 
 namespace tapegrad::io {
 namespace {

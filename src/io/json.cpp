@@ -3,7 +3,7 @@
 // Rule: dumps writes what CPython 3.11's json encoder writes (floats via py::float_repr, strings
 // via py::json_string, separators "," + newline or ", ", and ": "); parse maps simdjson's DOM
 // one to one onto Value, merging repeated keys as a Python dict does.
-#include "io/json.hpp"
+#include "tapegrad/io/json.hpp"
 
 #include <simdjson.h>
 
@@ -12,8 +12,8 @@
 #include <optional>
 #include <unordered_map>
 
-#include "graph/error.hpp"
-#include "io/python_compat.hpp"
+#include "tapegrad/tensor/error.hpp"
+#include "tapegrad/io/json_text.hpp"
 
 namespace tapegrad::json {
 

@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "graph/graph.hpp"
-#include "ops/kernels.hpp"
+#include "tapegrad/graph/graph.hpp"
+#include "tapegrad/kernels/kernels.hpp"
 
 namespace tapegrad::ops::detail {
 

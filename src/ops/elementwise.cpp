@@ -1,7 +1,7 @@
 // Elementwise ops: forward and backward together. Shapes must match exactly (no broadcasting;
 // add_row is the one broadcast the models need).
-#include "ops/common.hpp"
-#include "ops/ops.hpp"
+#include "tapegrad/ops/common.hpp"
+#include "tapegrad/ops/ops.hpp"
 
 namespace tapegrad::ops {
 
@@ -81,14 +81,11 @@ Var scale(Var x, double s) {
   need_float("scale", "input", x.value());
   Tensor out = like(x.value());
   kernels::scale(x.value(), s, out);
-  Node* node = nullptr;
-  Var y = g.record("scale", std::move(out), {x}, [](BackwardContext& ctx) {
+  return g.record("scale", std::move(out), {x}, [](BackwardContext& ctx) {
     Tensor dx = like(ctx.grad_output());
     kernels::scale(ctx.grad_output(), ctx.scalar(), dx);
     ctx.accumulate(0, dx);
-  }, &node);
-  if (node) node->scalar = s;
-  return y;
+  }, {}, s);
 }
 
 Var neg(Var x) { return unary_op(Unary::neg, x, unary_backward<Unary::neg>); }    // dx = -dy

@@ -1,6 +1,6 @@
 // Matrix and shape ops, and full reductions: forward and backward together.
-#include "ops/common.hpp"
-#include "ops/ops.hpp"
+#include "tapegrad/ops/common.hpp"
+#include "tapegrad/ops/ops.hpp"
 
 namespace tapegrad::ops {
 

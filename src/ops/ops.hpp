@@ -21,7 +21,7 @@
 //   reshape(x, s)          any -> s (same numel)             dx = dy reshaped back
 #pragma once
 
-#include "graph/graph.hpp"
+#include "tapegrad/graph/graph.hpp"
 
 namespace tapegrad::ops {
 

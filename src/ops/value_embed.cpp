@@ -63,75 +63,12 @@
 // from the one-reduction-per-contribution path only by rounding (Note [value-embed arithmetic]).
 // Without a workspace (a buffer assembled by hand) CUDA takes that path.
 
-#include "ops/value_embed.hpp"
+#include "tapegrad/ops/value_embed.hpp"
 
-#include "config.hpp"
-#include "ops/common.hpp"
-#include "ops/value_embed_kernels.hpp"
-#if TAPEGRAD_WITH_CUDA
-#include "cuda/value_embed.hpp"
-#endif
+#include "tapegrad/ops/common.hpp"
 
 namespace tapegrad {
 
-// ---- the kernel family's facades
-
-namespace kernels {
-
-#if TAPEGRAD_WITH_CUDA
-#define TG_VALUE_EMBED_CUDA(call) return cuda::call
-#else
-#define TG_VALUE_EMBED_CUDA(call) throw DeviceError("[value_embed] this tapegrad was built without CUDA")
-#endif
-
-void value_embed_gather(const Tensor& weight, const Tensor& ids, Tensor& planes) {
-  if (common_device("value_embed_gather", {&weight, &ids, &planes}).is_cuda())
-    TG_VALUE_EMBED_CUDA(value_embed_gather(weight, ids, planes));
-  cpu::value_embed_gather(weight, ids, planes);
-}
-
-int64_t value_embed_workspace_elements(Device device, int64_t vocab) {
-  if (device.is_cuda()) TG_VALUE_EMBED_CUDA(value_embed_workspace_elements(device, vocab));
-  return 0;
-}
-
-void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ops::ValueEmbedAccumulate mode,
-                            ops::ValueEmbedBuffer& buffer) {
-  const Device device = common_device("value_embed_accumulate", {&dplanes, &ids, &buffer.sum, &buffer.touched});
-  if (buffer.workspace.defined()) common_device("value_embed_accumulate", {&dplanes, &buffer.workspace});
-  if (device.is_cuda()) TG_VALUE_EMBED_CUDA(value_embed_accumulate(dplanes, ids, mode, buffer));
-  cpu::value_embed_accumulate(dplanes, ids, mode, buffer);
-}
-
-int64_t value_embed_select_touched(const Tensor& touched, Tensor& selected) {
-  if (common_device("value_embed_select_touched", {&touched, &selected}).is_cuda())
-    TG_VALUE_EMBED_CUDA(value_embed_select_touched(touched, selected));
-  return cpu::value_embed_select_touched(touched, selected);
-}
-
-void value_embed_take_rows(Tensor& sum, Tensor& touched, const Tensor& selected, int64_t count, Tensor& rows,
-                           Tensor& grad) {
-  if (common_device("value_embed_take_rows", {&sum, &touched, &selected, &rows, &grad}).is_cuda())
-    TG_VALUE_EMBED_CUDA(value_embed_take_rows(sum, touched, selected, count, rows, grad));
-  cpu::value_embed_take_rows(sum, touched, selected, count, rows, grad);
-}
-
-void sparse_sgd_rows(Tensor& table, const Tensor& rows, const Tensor& grad, float lr) {
-  if (common_device("sparse_sgd", {&table, &rows, &grad}).is_cuda())
-    TG_VALUE_EMBED_CUDA(sparse_sgd_rows(table, rows, grad, lr));
-  cpu::sparse_sgd_rows(table, rows, grad, lr);
-}
-
-void sparse_adamw_rows(Tensor& table, const Tensor& rows, const Tensor& grad, Tensor& m, Tensor& v,
-                       const AdamWScalars& s) {
-  if (common_device("sparse_adamw", {&table, &rows, &grad, &m, &v}).is_cuda())
-    TG_VALUE_EMBED_CUDA(sparse_adamw_rows(table, rows, grad, m, v, s));
-  cpu::sparse_adamw_rows(table, rows, grad, m, v, s);
-}
-
-#undef TG_VALUE_EMBED_CUDA
-
-}  // namespace kernels
 
 // ---- the op
 
@@ -165,26 +102,6 @@ void check_buffer(const char* op, const ValueEmbedBuffer& b, const Tensor& w, in
 }
 
 }  // namespace
-
-const char* value_embed_accumulate_name(ValueEmbedAccumulate a) {
-  switch (a) {
-    case ValueEmbedAccumulate::atomic: return "atomic";
-    case ValueEmbedAccumulate::deterministic: return "deterministic";
-  }
-  return "?";
-}
-
-ValueEmbedBuffer ValueEmbedBuffer::zeros(const Tensor& table, int planes, DType dtype) {
-  if (table.ndim() != 2 || planes < 1 || table.dim(0) % planes != 0)
-    throw Error("[value_embed_buffer] a table " + table.shape().str() + " does not split into " + std::to_string(planes) +
-                " planes of (V, D)");
-  if (dtype != DType::f16 && dtype != DType::f32)
-    throw Error(std::string("[value_embed_buffer] the buffer must be f16 or f32, got ") + dtype_name(dtype));
-  const int64_t workspace = kernels::value_embed_workspace_elements(table.device(), table.dim(0) / planes);
-  return {Tensor::zeros(table.shape(), dtype, table.device()),
-          Tensor::zeros(Shape{table.dim(0) / planes}, DType::i32, table.device()),
-          workspace ? Tensor::zeros(Shape{workspace}, DType::i32, table.device()) : Tensor()};
-}
 
 // weight (P*V, D), ids (T,) -> (P, T, D): out[p][i] = weight[p*V + ids[i]].
 // Backward (with a buffer): buffer.sum[p*V + ids[i]] += dout[p][i]; weight gets no gradient.
@@ -223,22 +140,17 @@ Var value_embed_lookup(Var weight, Var ids, int planes, const ValueEmbedBuffer& 
     NoGrad plain(g);
     return g.record(kOp, std::move(out), {weight, ids}, nullptr);
   }
-  Node* node = nullptr;
   const BackwardFn backward = [](BackwardContext& ctx) {
     // Note [the value-embed node and the engine]: the planes' gradient goes into the buffer only.
     ValueEmbedBuffer buffer{ctx.saved(0), ctx.saved(1), ctx.node().n_inputs > 2 ? ctx.input(2) : Tensor()};
     kernels::value_embed_accumulate(ctx.grad_output(), ctx.input(1),
                                     static_cast<ValueEmbedAccumulate>(static_cast<int>(ctx.scalar())), buffer);
   };
-  Var y = buffer.workspace.defined()  // the workspace rides as a third input: a node saves two tensors
-              ? g.record(kOp, std::move(out), {weight, ids, g.input(buffer.workspace, "value_embed workspace")},
-                         backward, &node)
-              : g.record(kOp, std::move(out), {weight, ids}, backward, &node);
-  TG_CHECK(node != nullptr, "a trainable lookup recorded no node");
-  node->saved[0] = buffer.sum;
-  node->saved[1] = buffer.touched;
-  node->scalar = static_cast<double>(static_cast<int>(options.accumulate));
-  return y;
+  const double mode = static_cast<double>(static_cast<int>(options.accumulate));
+  if (buffer.workspace.defined())  // the workspace rides as a third input: a node saves two tensors
+    return g.record(kOp, std::move(out), {weight, ids, g.input(buffer.workspace, "value_embed workspace")}, backward,
+                    {buffer.sum, buffer.touched}, mode);
+  return g.record(kOp, std::move(out), {weight, ids}, backward, {buffer.sum, buffer.touched}, mode);
 }
 
 PulledRows value_embed_pull(ValueEmbedBuffer& buffer) {

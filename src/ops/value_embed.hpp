@@ -19,39 +19,16 @@
 #include <cstdint>
 #include <optional>
 
-#include "graph/graph.hpp"
+#include "tapegrad/graph/graph.hpp"
+#include "tapegrad/kernels/value_embed_kernels.hpp"
 
 namespace tapegrad::ops {
 
-// How the backward adds the planes' gradient into the buffer (Note [value-embed arithmetic] in
-// value_embed.cpp for the exact rounding of each).
-enum class ValueEmbedAccumulate : uint8_t {
-  // Each contribution is added on its own and rounded to the buffer's dtype. On the CPU in index
-  // order (deterministic); on CUDA with f16x2 (or f32) atomics, in no fixed order: reproducible
-  // within the buffer's rounding, not bit for bit.
-  atomic,
-  // Per step, each row's contributions are summed in fp32 in a fixed order (sorted segments, no
-  // atomics) and the sum is added to the buffer once: the same bits on every run and on every
-  // device, and one rounding per row and step instead of one per contribution.
-  deterministic,
-};
-const char* value_embed_accumulate_name(ValueEmbedAccumulate a);
-
-// The persistent gradient of a value-embedding table between two pulls.
-struct ValueEmbedBuffer {
-  Tensor sum;        // (P*V, D) f16 (or f32): the table's gradient summed over the cycle's steps
-  Tensor touched;    // (V,) i32: 1 at each token id a backward added since the last pull, else 0
-  Tensor workspace;  // (W,) i32 on CUDA, undefined on the CPU: the atomic backward's scratch for
-                     // grouping the ids (Note [combining duplicate ids]), 8 (V + 3 * 2^15) bytes,
-                     // 1.1 MiB at V = 50304. Without one, CUDA's atomic backward adds each
-                     // contribution on its own.
-
-  // An all-zero buffer for a (P*V, D) table, on the table's device, with its workspace. dtype f16
-  // (the seed's) or f32.
-  static ValueEmbedBuffer zeros(const Tensor& table, int planes, DType dtype = DType::f16);
-  bool defined() const { return sum.defined(); }
-  int64_t planes() const { return touched.defined() && touched.dim(0) ? sum.dim(0) / touched.dim(0) : 0; }
-};
+// ValueEmbedAccumulate and ValueEmbedBuffer live with the kernels that use them
+// (tapegrad/kernels/value_embed_kernels.hpp); the op takes them by these names.
+using kernels::ValueEmbedAccumulate;
+using kernels::ValueEmbedBuffer;
+using kernels::value_embed_accumulate_name;
 
 struct ValueEmbedOptions {
   ValueEmbedAccumulate accumulate = ValueEmbedAccumulate::atomic;

@@ -1,6 +1,6 @@
 // AdamW (see adamw.hpp): hyperparameter checks, the fp64 bias corrections, one kernel call per
 // parameter.
-#include "optim/adamw.hpp"
+#include "tapegrad/optim/adamw.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -10,14 +10,14 @@ namespace tapegrad::optim {
 namespace {
 
 // The shortest decimal text that reads back as `value` ("0.1", "1e-08").
-std::string shown(float value) {
+std::string shown(double value) {
   char text[32];
   const auto result = std::to_chars(text, text + sizeof text, value);
   return std::string(text, result.ptr);
 }
 
 void check_config(const AdamWConfig& c) {
-  auto refuse = [](const char* name, float value, const char* rule) {
+  auto refuse = [](const char* name, double value, const char* rule) {
     throw Error(std::string("[adamw] ") + name + " must be " + rule + ", got " + shown(value));
   };
   if (!(std::isfinite(c.lr) && c.lr > 0)) refuse("lr", c.lr, "a positive finite number");
@@ -36,15 +36,22 @@ AdamW::AdamW(std::vector<Var> params, AdamWConfig config) : params_(std::move(pa
   v_.reserve(params_.size());
   for (size_t k = 0; k < params_.size(); ++k) {
     const Tensor& p = params_[k].value();
-    if (p.dtype() != DType::f32)
+    if (p.dtype() != DType::f32 && p.dtype() != DType::f64)
       throw Error("[adamw] parameter " + std::to_string(k) +
                   (params_[k].label().empty() ? "" : " ('" + params_[k].label() + "')") + " is " +
-                  dtype_name(p.dtype()) + "; AdamW's arithmetic is fp32 (spec/bob.md), so parameters must be f32");
+                  dtype_name(p.dtype()) + "; AdamW updates f32 and f64 parameters");
     m_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
     v_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
     const int64_t blocks = (p.numel() + kernels::adamw_zero_block - 1) / kernels::adamw_zero_block;
-    zero_blocks_.emplace_back(p.device().is_cpu() ? static_cast<size_t>(blocks) : 0, uint8_t{1});  // zeros so far
+    const bool tracked = p.device().is_cpu() && p.dtype() == DType::f32;
+    zero_blocks_.emplace_back(tracked ? static_cast<size_t>(blocks) : 0, uint8_t{1});  // zeros so far
   }
+  steps_.assign(params_.size(), 0);
+}
+
+void AdamW::set_step_count(uint64_t t) {
+  t_ = t;
+  std::fill(steps_.begin(), steps_.end(), t);
 }
 
 void AdamW::set_moments(size_t k, const Tensor& m, const Tensor& v) {
@@ -54,22 +61,33 @@ void AdamW::set_moments(size_t k, const Tensor& m, const Tensor& v) {
 }
 
 kernels::AdamWScalars AdamW::scalars(uint64_t t) const {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(config_.beta1), static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(config_.beta2), static_cast<double>(t));
+  // The f32 fields take the hyperparameters as fp32 values; bc1 and bc2 are computed in fp64 from
+  // those values (bob's arithmetic), the f64 fields from the config's own.
+  const float lr = static_cast<float>(config_.lr), beta1 = static_cast<float>(config_.beta1),
+              beta2 = static_cast<float>(config_.beta2);
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
   kernels::AdamWScalars s{};
-  s.lr = config_.lr;
-  s.beta1 = config_.beta1;
-  s.beta2 = config_.beta2;
-  s.eps = config_.eps;
-  s.weight_decay = config_.weight_decay;
-  s.step_size = static_cast<float>(static_cast<double>(config_.lr) / bc1);
+  s.lr = lr;
+  s.beta1 = beta1;
+  s.beta2 = beta2;
+  s.eps = static_cast<float>(config_.eps);
+  s.weight_decay = static_cast<float>(config_.weight_decay);
+  s.step_size = static_cast<float>(static_cast<double>(lr) / bc1);
   s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
+  s.lr64 = config_.lr;
+  s.beta1_64 = config_.beta1;
+  s.beta2_64 = config_.beta2;
+  s.eps64 = config_.eps;
+  s.weight_decay64 = config_.weight_decay;
+  s.step_size64 = config_.lr / (1.0 - std::pow(config_.beta1, static_cast<double>(t)));
+  s.bc2_sqrt64 = std::sqrt(1.0 - std::pow(config_.beta2, static_cast<double>(t)));
   return s;
 }
 
 void AdamW::step() {
   ++t_;
-  update_all(scalars(t_));
+  update_all(nullptr);
 }
 
 // Note [AdamW in a captured graph]
@@ -81,6 +99,10 @@ void AdamW::step() {
 // which need not round like the host's.
 void AdamW::write_schedule(uint64_t t, size_t n) {
   if (params_.empty() || n == 0) return;
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (steps_[k] != t)
+      throw Error("[adamw] a step schedule needs every parameter at one count; parameter " + std::to_string(k) +
+                  " has had " + std::to_string(steps_[k]) + " updates, not " + std::to_string(t));
   const Device device = params_[0].value().device();
   for (const Var& p : params_)
     if (p.value().device() != device)
@@ -105,27 +127,42 @@ void AdamW::scheduled_step(size_t k) {
                 std::to_string(k) + "; call write_schedule first");
   kernels::AdamWScalars s = scalars(t_ + 1);  // the other scalars are fixed; these two are overridden
   s.device_step_scalars = static_cast<const float*>(schedule_.raw_data()) + 2 * k;
-  update_all(s);
+  update_all(&s);
 }
 
-void AdamW::update_all(const kernels::AdamWScalars& s) {
-  // Parameters without a gradient are left alone; the others go in one call (on CUDA, one launch per
-  // 16 parameters of a device), grouped by device.
-  std::vector<Tensor> values;  // handles to the parameters' values (the same storage)
-  values.reserve(params_.size());
-  for (const Var& p : params_) values.push_back(p.value());
-  std::vector<bool> done(params_.size(), false);
-  for (size_t first = 0; first < params_.size(); ++first) {
-    if (done[first] || !params_[first].grad().defined()) continue;
+void AdamW::update_all(const kernels::AdamWScalars* fixed) {
+  // Parameters without a gradient are left alone; the others go in one call per device and count
+  // (on CUDA, one launch per 16 parameters).
+  const size_t n = params_.size();
+  std::vector<Tensor> values(n);  // handles to the parameters' values (the same storage)
+  std::vector<bool> pending(n, false);
+  for (size_t k = 0; k < n; ++k) {
+    values[k] = params_[k].value();
+    pending[k] = params_[k].sparse_grad() != nullptr || params_[k].grad().defined();
+    if (pending[k]) ++steps_[k];
+  }
+  const Tensor none;
+  for (size_t first = 0; first < n; ++first) {
+    if (!pending[first]) continue;
     std::vector<kernels::AdamWSlot> slots;
-    for (size_t k = first; k < params_.size(); ++k) {
-      if (done[k] || !params_[k].grad().defined() || !(values[k].device() == values[first].device())) continue;
-      const Tensor& grad = params_[k].grad();
-      slots.push_back({&values[k], &grad, &m_[k], &v_[k], zero_blocks_[k].empty() ? nullptr : zero_blocks_[k].data(),
-                       params_[k].grad_rows(), grad.ndim() > 0 && grad.dim(0) > 0 ? grad.numel() / grad.dim(0) : 0});
-      done[k] = true;
+    for (size_t k = first; k < n; ++k) {
+      if (!pending[k] || !(values[k].device() == values[first].device()) || steps_[k] != steps_[first]) continue;
+      const RowSparse* sparse = values[k].device().is_cpu() ? params_[k].sparse_grad() : nullptr;  // else dense
+      kernels::AdamWSlot slot{&values[k], sparse ? &none : &params_[k].grad(), &m_[k], &v_[k],
+                              zero_blocks_[k].empty() ? nullptr : zero_blocks_[k].data()};
+      if (sparse) {
+        slot.row_ids = &sparse->ids;
+        slot.rows = &sparse->rows;
+      }
+      slots.push_back(slot);
+      pending[k] = false;
     }
-    kernels::adamw_step_many(slots, s);
+    kernels::adamw_step_many(slots, fixed ? *fixed : scalars(steps_[first]));
+    for (const kernels::AdamWSlot& slot : slots) {
+      slot.param->mark_modified();
+      slot.m->mark_modified();
+      slot.v->mark_modified();
+    }
   }
 }
 

@@ -1,54 +1,60 @@
-// AdamW with decoupled weight decay (Loshchilov and Hutter), the update torch.optim.AdamW makes,
-// for any set of f32 parameters of any shapes, on any device.
+// AdamW with decoupled weight decay (Loshchilov and Hutter): torch.optim.AdamW's update, for any
+// set of f32 or f64 parameters of any shapes, on any device.
 //
-// Rule: the arithmetic is spec/bob.md's, and it is normative. Hyperparameters are binary32; for
-// update t (1-based, counting every update this state has made) the bias corrections are computed
-// in fp64 from the fp32 values, rounded once to fp32, and the per-element update runs in fp32 in
-// the kernel (kernels::adamw_step, so each device brings its own kernel):
-//   bc1 = 1 - beta1^t, bc2 = 1 - beta2^t                          (fp64)
-//   step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2)
+// Semantics (PyTorch's): each parameter counts its own updates t, the ones it had a gradient for;
+// a parameter without a gradient at some step() is left alone, moments and count included. For
+// update t of a parameter, with the bias corrections in fp64:
+//   bc1 = 1 - beta1^t, bc2 = 1 - beta2^t, step_size = lr / bc1, bc2_sqrt = sqrt(bc2)
 //   w = w * (1 - lr*wd);  m = beta1*m + (1 - beta1)*g;  v = beta2*v + (1 - beta2)*g*g
-//   w = w - step_size * (m / (sqrt(v) / bc2_sqrt + eps))         (fp32, in this order, no FMA)
-// The moments M and V live on each parameter's device. The step count t is one for the whole
-// optimizer (it is what a checkpoint carries); a parameter without a gradient at some update is
-// left alone, moments included, as PyTorch leaves it.
+//   w = w - step_size * (m / (sqrt(v) / bc2_sqrt + eps))
+// (PyTorch writes the m update as a lerp, m + (g - m)*(1 - beta1): the same number in exact
+// arithmetic, not always in floating point.)
+// Arithmetic: f32 parameters compute in fp32, in exactly this order, with step_size and bc2_sqrt
+// rounded once to fp32 and the hyperparameters taken as fp32 values: bob's arithmetic (docs/bob.md),
+// which bob's checkpoints depend on bit for bit. f64 parameters compute the same expressions in fp64.
+// The moments M and V live on each parameter's device, in its dtype. A row-sparse gradient
+// (Var::sparse_grad) is read as it is on the CPU: the rows it does not name get the update of a
+// +0 gradient.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "graph/graph.hpp"
-#include "ops/kernels.hpp"
+#include "tapegrad/graph/graph.hpp"
+#include "tapegrad/kernels/kernels.hpp"
 
 namespace tapegrad::optim {
 
-struct AdamWConfig {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.01f;
+struct AdamWConfig {  // PyTorch's defaults
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
 };
 
 class AdamW {
  public:
   // Throws tapegrad::Error naming the hyperparameter (lr must be positive and finite, the betas in
-  // [0, 1), eps and weight_decay finite and >= 0) or the parameter that is not f32.
+  // [0, 1), eps and weight_decay finite and >= 0) or the parameter that is not f32 or f64.
   AdamW(std::vector<Var> params, AdamWConfig config);
 
-  // One update of every parameter that has a gradient; the step count goes up by one.
+  // One update of every parameter that has a gradient; each such parameter's count goes up by one.
   void step();
 
-  // The scalars the kernel gets for update number t (t >= 1): the config and the rounded bias
-  // corrections.
+  // The scalars the kernel gets for a parameter's update number t (t >= 1): the config and the
+  // bias corrections (rounded to fp32 for the f32 fields).
   kernels::AdamWScalars scalars(uint64_t t) const;
 
-  // ---- state, for checkpoints: the step count and parameter k's moments (same shape and device
-  // as the parameter). Write the moments only through set_moments: on the CPU the optimizer keeps
-  // track of where they are zero (Note [adamw zero blocks] in src/ops/cpu/elementwise.cpp), and a
-  // write behind its back would leave that out of date.
+  // ---- state, for checkpoints: the step() calls made, each parameter's own count, and parameter
+  // k's moments (same shape, dtype and device as the parameter). Write the moments only through
+  // set_moments: on the CPU the optimizer keeps track of where they are zero (Note [adamw zero
+  // blocks] in src/kernels/cpu/elementwise.cpp), and a write behind its back would leave that out
+  // of date.
   uint64_t step_count() const { return t_; }
-  void set_step_count(uint64_t t) { t_ = t; }
+  uint64_t step_count(size_t k) const { return steps_.at(k); }
+  void set_step_count(uint64_t t);  // step() calls made, and every parameter's count, = t
+  void set_step_count(size_t k, uint64_t t) { steps_.at(k) = t; }
   const Tensor& m(size_t k) const { return m_.at(k); }
   const Tensor& v(size_t k) const { return v_.at(k); }
   // Copies m and v (parameter k's shape and dtype, any device) into parameter k's moments.
@@ -58,6 +64,7 @@ class AdamW {
   // Writes the step scalars of updates t+1 .. t+n into slots 0 .. n-1 of a table on the
   // parameters' device, made by the first call with n slots and never moved (a captured graph holds
   // its address). Call it before capturing, and before each replay. Throws if n exceeds the table.
+  // A captured body updates every parameter at every step, so all must share one count, t.
   void write_schedule(uint64_t t, size_t n);
   // The update of every parameter with a gradient, its step scalars read from slot k of that table
   // when the kernel runs: what a captured body calls. It does not move the step count; the caller
@@ -74,10 +81,12 @@ class AdamW {
   // per CPU parameter, a flag per block of kernels::adamw_zero_block elements: 1 where m and v are
   // known to be all +0 (empty for parameters on other devices)
   std::vector<std::vector<uint8_t>> zero_blocks_;
-  uint64_t t_ = 0;
+  uint64_t t_ = 0;              // step() calls
+  std::vector<uint64_t> steps_;  // per parameter: the updates it has had
   Tensor schedule_;  // (slots, 2) f32 on the parameters' device: (step_size, bc2_sqrt) per slot
 
-  void update_all(const kernels::AdamWScalars& s);
+  // Parameters with a gradient: each with its own count's scalars, or all with `fixed` (a schedule).
+  void update_all(const kernels::AdamWScalars* fixed);
 };
 
 }  // namespace tapegrad::optim

@@ -1,9 +1,9 @@
 // Plain SGD (see sgd.hpp).
-#include "optim/sgd.hpp"
+#include "tapegrad/optim/sgd.hpp"
 
 #include <cmath>
 
-#include "ops/kernels.hpp"
+#include "tapegrad/kernels/kernels.hpp"
 
 namespace tapegrad::optim {
 

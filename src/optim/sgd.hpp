@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "graph/graph.hpp"
+#include "tapegrad/graph/graph.hpp"
 
 namespace tapegrad::optim {
 

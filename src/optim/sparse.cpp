@@ -1,8 +1,8 @@
 // Sparse SGD and AdamW over pulled rows (see sparse.hpp): argument checks, then one kernel call.
-#include "optim/sparse.hpp"
+#include "tapegrad/optim/sparse.hpp"
 
-#include "optim/sgd.hpp"
-#include "ops/value_embed_kernels.hpp"
+#include "tapegrad/optim/sgd.hpp"
+#include "tapegrad/kernels/value_embed_kernels.hpp"
 
 namespace tapegrad::optim {
 namespace {

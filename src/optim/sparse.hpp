@@ -9,8 +9,8 @@
 
 #include <cstdint>
 
-#include "ops/value_embed.hpp"
-#include "optim/adamw.hpp"
+#include "tapegrad/ops/value_embed.hpp"
+#include "tapegrad/optim/adamw.hpp"
 
 namespace tapegrad::optim {
 

@@ -16,9 +16,9 @@
 #include <filesystem>
 
 #include "bob_model.hpp"
-#include "config.hpp"
+#include "tapegrad/config.hpp"
 #include "default_corpus.hpp"
-#include "io/atomic_file.hpp"
+#include "tapegrad/io/atomic_file.hpp"
 
 extern char** environ;
 

@@ -14,7 +14,7 @@
 #include "bob_model.hpp"
 #include "default_corpus.hpp"
 #include "golden.hpp"
-#include "ops/ops.hpp"
+#include "tapegrad/ops/ops.hpp"
 
 using namespace tapegrad;
 

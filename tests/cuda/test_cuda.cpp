@@ -9,6 +9,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "needs.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,16 +19,17 @@
 #include <limits>
 #include <random>
 
-#include "cuda/cuda.hpp"
-#include "cuda/exact_sum.cuh"
-#include "graph/graph.hpp"
+#include "tapegrad/cuda/cuda.hpp"
+#include "tapegrad/cuda/exact_sum.cuh"
+#include "tapegrad/graph/graph.hpp"
 #include "messages.hpp"
-#include "ops/cpu/exact_sum.hpp"
-#include "ops/cr_math.hpp"
-#include "ops/kernels.hpp"
-#include "ops/ops.hpp"
-#include "optim/adamw.hpp"
-#include "optim/sgd.hpp"
+#include "tapegrad/kernels/cpu/exact_sum.hpp"
+#include "tapegrad/kernels/cr_math.hpp"
+#include "tapegrad/kernels/kernels.hpp"
+#include "tapegrad/ops/ops.hpp"
+#include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
+#include "tapegrad/optim/adamw.hpp"
+#include "tapegrad/optim/sgd.hpp"
 
 using namespace tapegrad;
 using kernels::Binary;
@@ -679,34 +682,26 @@ TEST_CASE("[gpu] device errors name the op, the devices and what was asked") {
   CHECK(oom.find(" free of ") != std::string::npos);
   CHECK_NOTHROW(synchronize(kGpu));
 
-  // cross_entropy's row map of saved probabilities is a CPU form: a CUDA op saves (B, V) and no map,
-  // and the CUDA backward refuses a map
+  // the fused embedding_cross_entropy saves (B, V) probabilities and no row map on CUDA, and the
+  // CPU-only kernels of its host path refuse the device by name
   Graph ce;
   Var table = ce.parameter(random(Shape{3, 4}, DType::f32).to(kGpu));
-  Var logits = ops::gather(table, ce.input(index_tensor({1, 0, 1, 1}, DType::i32).to(kGpu)));
-  ops::cross_entropy(logits, ce.input(index_tensor({0, 1, 2, 3}, DType::i32).to(kGpu)));
+  ops::embedding_cross_entropy(table, ce.input(index_tensor({1, 0, 1, 1}, DType::i32).to(kGpu)),
+                               ce.input(index_tensor({0, 1, 2, 3}, DType::i32).to(kGpu)));
   CHECK(ce.nodes().back().saved[0].shape() == Shape{4, 4});
   CHECK(!ce.nodes().back().saved[1].defined());
+  Tensor probs = Tensor::empty(Shape{2, 4}, DType::f32, kGpu), losses = Tensor::empty(Shape{4}, DType::f32, kGpu);
+  CHECK(message_of([&] {
+          kernels::cross_entropy_of_rows(table.value(), index_tensor({1, 0}, DType::i32).to(kGpu),
+                                         index_tensor({0, 1, 0, 0}, DType::i32).to(kGpu),
+                                         index_tensor({0, 1, 2, 3}, DType::i32).to(kGpu), probs, losses);
+        }) == "[cross_entropy_of_rows] is a CPU kernel; there is none for cuda:0");
   Tensor dz = Tensor::empty(Shape{4, 4}, DType::f32, kGpu);
   CHECK(message_of([&] {
-          kernels::cross_entropy_backward(ce.nodes().back().saved[0], index_tensor({0, 1, 2, 3}, DType::i32).to(kGpu),
-                                          Tensor::scalar(1.0, DType::f32, kGpu), 4.0, dz,
-                                          index_tensor({0, 1, 0, 0}, DType::i32).to(kGpu));
-        }) == "[cross_entropy_backward] CUDA takes probabilities of shape (B, V), not a row map");
-  // nor does a CUDA gather defer its row copies (Note [deferred row copies]), and the CPU-only
-  // forms of the kernels say so on the device
-  CHECK_FALSE(ce.value(logits.id()).copies_pending);
-  CHECK(message_of([&] {
-          kernels::cross_entropy_backward(ce.nodes().back().saved[0], index_tensor({0, 1, 2, 3}, DType::i32).to(kGpu),
-                                          Tensor::scalar(1.0, DType::f32, kGpu), 4.0, dz, Tensor(), 1);
-        }) == "[cross_entropy_backward] CUDA writes every row (row_begin must be 0)");
-  Tensor gathered = Tensor::empty(Shape{4, 4}, DType::f32, kGpu);
-  const Tensor copies = index_tensor({0, 1, 0, 0}, DType::i32);
-  CHECK(message_of([&] {
-          kernels::gather_rows(table.value(), index_tensor({1, 0, 1, 1}, DType::i32).to(kGpu), gathered, copies);
-        }) == "[gather] writing first rows only is a CPU path; CUDA writes every row");
-  CHECK(message_of([&] { kernels::fill_row_copies(gathered, copies); }) ==
-        "[gather] row copies are filled on the host; this value is on cuda:0");
+          kernels::cross_entropy_backward_of_rows(probs, index_tensor({0, 1, 0, 0}, DType::i32).to(kGpu),
+                                                  index_tensor({0, 1, 2, 3}, DType::i32).to(kGpu),
+                                                  Tensor::scalar(1.0, DType::f32, kGpu), 4.0, dz, 0);
+        }) == "[cross_entropy_backward_of_rows] is a CPU kernel; there is none for cuda:0");
 
   const int count = cuda::device_count();
   const std::string missing = message_of([count] { (void)Tensor::zeros(Shape{2}, DType::f32, Device::cuda(count)); });
@@ -716,19 +711,16 @@ TEST_CASE("[gpu] device errors name the op, the devices and what was asked") {
 // ---------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
-  doctest::Context context;
-  context.applyCommandLine(argc, argv);
-  if (cuda::device_count() == 0) {
-    std::printf("test_cuda: skipped: no CUDA device (%s); the host-side tests still run\n",
-                cuda::no_device_reason().c_str());
-    context.addFilter("test-case-exclude", "*[gpu]*");
-  } else {
+  // tests/needs.hpp: "[gpu]" tests need a device; meson runs this twice, --without=gpu (the host-side
+  // tests) and --needs=gpu (a SKIP without a device)
+  const bool device = cuda::device_count() > 0;
+  if (device) {
     const char* env = std::getenv("TAPEGRAD_TEST_SEED");
     const uint64_t seed = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
-    std::printf("test_cuda: random seed %llu (TAPEGRAD_TEST_SEED=%llu repeats this run)\n",
+    std::printf("%s: random seed %llu (TAPEGRAD_TEST_SEED=%llu repeats this run)\n", "test_cuda",
                 static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
     rng.seed(seed);
   }
-  std::fflush(stdout);
-  return context.run();
+  return tapegrad::testing::run_tests(argc, argv, "test_cuda",
+                                      {{"gpu", device, "no CUDA device (" + cuda::no_device_reason() + ")"}});
 }

@@ -18,10 +18,10 @@
 #include <set>
 #include <sstream>
 
-#include "graph/error.hpp"
-#include "io/atomic_file.hpp"
-#include "io/bob_formats.hpp"
-#include "io/envelope.hpp"
+#include "tapegrad/tensor/error.hpp"
+#include "tapegrad/io/atomic_file.hpp"
+#include "bob_formats.hpp"
+#include "tapegrad/io/envelope.hpp"
 
 namespace io = tapegrad::io;
 namespace fs = std::filesystem;

@@ -13,8 +13,8 @@
 #include <sstream>
 #include <string>
 
-#include "graph/error.hpp"
-#include "io/json.hpp"
+#include "tapegrad/tensor/error.hpp"
+#include "tapegrad/io/json.hpp"
 
 using namespace tapegrad;
 using json::Value;

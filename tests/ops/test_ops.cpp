@@ -5,9 +5,9 @@
 #include <cmath>
 #include <random>
 
-#include "graph/gradcheck.hpp"
-#include "graph/graph.hpp"
-#include "ops/ops.hpp"
+#include "tapegrad/graph/gradcheck.hpp"
+#include "tapegrad/graph/graph.hpp"
+#include "tapegrad/ops/ops.hpp"
 
 using namespace tapegrad;
 

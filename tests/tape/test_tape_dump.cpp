@@ -5,8 +5,8 @@
 
 #include <cmath>
 
-#include "graph/tape_dump.hpp"
-#include "ops/ops.hpp"
+#include "tapegrad/tape/tape_dump.hpp"
+#include "tapegrad/ops/ops.hpp"
 #include "tape_file.hpp"
 
 using namespace tapegrad;

@@ -4,9 +4,9 @@
 
 #include <functional>
 
-#include "graph/error.hpp"
-#include "graph/tape_dump.hpp"
-#include "ops/ops.hpp"
+#include "tapegrad/tensor/error.hpp"
+#include "tapegrad/tape/tape_dump.hpp"
+#include "tapegrad/ops/ops.hpp"
 #include "tape_file.hpp"
 
 using namespace tapegrad;

@@ -5,11 +5,11 @@
 
 #include <set>
 
-#include "graph/graph.hpp"
-#include "ops/ops.hpp"
-#include "ops/value_embed.hpp"
-#include "ops/value_embed_kernels.hpp"
-#include "optim/sparse.hpp"
+#include "tapegrad/graph/graph.hpp"
+#include "tapegrad/ops/ops.hpp"
+#include "tapegrad/ops/value_embed.hpp"
+#include "tapegrad/kernels/value_embed_kernels.hpp"
+#include "tapegrad/optim/sparse.hpp"
 #include "value_embed_testing.hpp"
 
 using namespace tapegrad;

@@ -10,6 +10,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include "needs.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,14 +19,14 @@
 #include <limits>
 #include <utility>
 
-#include "cuda/common.cuh"
-#include "cuda/value_embed.hpp"
-#include "graph/graph.hpp"
+#include "tapegrad/cuda/common.cuh"
+#include "tapegrad/cuda/value_embed.hpp"
+#include "tapegrad/graph/graph.hpp"
 #include "messages.hpp"
-#include "ops/ops.hpp"
-#include "ops/value_embed.hpp"
-#include "ops/value_embed_kernels.hpp"
-#include "optim/sparse.hpp"
+#include "tapegrad/ops/ops.hpp"
+#include "tapegrad/ops/value_embed.hpp"
+#include "tapegrad/kernels/value_embed_kernels.hpp"
+#include "tapegrad/optim/sparse.hpp"
 #include "value_embed_testing.hpp"
 
 using namespace tapegrad;
@@ -400,18 +402,16 @@ TEST_CASE("[gpu] the deterministic backward replays from tapegrad::capture, its 
 }
 
 int main(int argc, char** argv) {
-  doctest::Context context;
-  context.applyCommandLine(argc, argv);
-  if (cuda::device_count() == 0) {
-    std::printf("test_value_embed_cuda: skipped: no CUDA device (%s)\n", cuda::no_device_reason().c_str());
-    context.addFilter("test-case-exclude", "*[gpu]*");
-  } else {
+  // tests/needs.hpp: "[gpu]" tests need a device; meson runs this twice, --without=gpu (the host-side
+  // tests) and --needs=gpu (a SKIP without a device)
+  const bool device = cuda::device_count() > 0;
+  if (device) {
     const char* env = std::getenv("TAPEGRAD_TEST_SEED");
     const uint64_t seed = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
-    std::printf("test_value_embed_cuda: random seed %llu (TAPEGRAD_TEST_SEED=%llu repeats this run)\n",
+    std::printf("%s: random seed %llu (TAPEGRAD_TEST_SEED=%llu repeats this run)\n", "test_value_embed_cuda",
                 static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
     rng().seed(seed);
   }
-  std::fflush(stdout);
-  return context.run();
+  return tapegrad::testing::run_tests(argc, argv, "test_value_embed_cuda",
+                                      {{"gpu", device, "no CUDA device (" + cuda::no_device_reason() + ")"}});
 }

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "graph/tensor.hpp"
+#include "tapegrad/tensor/tensor.hpp"
 
 namespace ve_test {
 

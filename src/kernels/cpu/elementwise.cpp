@@ -1,0 +1,260 @@
+// CPU elementwise kernels and in-place optimizer updates (xtensor over flat views).
+//
+// Rule: assignments go through xt::noalias. Every kernel here reads and writes element i only
+// at index i, so an output that aliases an input (the engine's in-place gradient add) is safe,
+// and xtensor skips the temporary it would otherwise allocate per call. For the same reason a
+// large tensor's elements split into ranges that run on several cores (parallel_for) and give
+// the bits one thread gives.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include <xtensor/xmath.hpp>
+#include <xtensor/xnoalias.hpp>
+#include <xtensor/xoperation.hpp>
+
+#include "tapegrad/kernels/cpu/avx512.hpp"
+#include "tapegrad/kernels/cpu/cpu_kernels.hpp"
+#include "tapegrad/kernels/cpu/dispatch.hpp"
+
+namespace tapegrad::cpu {
+
+void fill(Tensor& out, double value) {
+  dispatch_float("fill", out.dtype(), [&]<class T>() {
+    parallel_for(out.numel(), chunk_for(out.numel(), sizeof(T)), [&](int64_t begin, int64_t end) {
+      flat<T>(out, begin, end).fill(static_cast<T>(value));
+    });
+  });
+}
+
+void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor) {
+  dispatch_float("fill_from_scalar", out.dtype(), [&]<class T>() {
+    const double s = static_cast<double>(*static_cast<const T*>(scalar.raw_data()));
+    parallel_for(out.numel(), chunk_for(out.numel(), sizeof(T)), [&](int64_t begin, int64_t end) {
+      flat<T>(out, begin, end).fill(static_cast<T>(s / divisor));
+    });
+  });
+}
+
+void unary(Unary op, const Tensor& x, Tensor& y) {
+  dispatch_float(kernels::unary_name(op), x.dtype(), [&]<class T>() {
+    const Work work = op == Unary::neg || op == Unary::relu ? Work::streaming : Work::arithmetic;
+    parallel_for(x.numel(), chunk_for(x.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
+      auto X = flat<T>(x, begin, end);
+      auto Y = flat<T>(y, begin, end);
+      switch (op) {
+        case Unary::neg: xt::noalias(Y) = -X; break;
+        case Unary::exp: xt::noalias(Y) = xt::exp(X); break;  // the C library's (Note [exp and log on each device])
+        case Unary::log: xt::noalias(Y) = xt::log(X); break;
+        case Unary::tanh: xt::noalias(Y) = xt::tanh(X); break;
+        case Unary::relu: xt::noalias(Y) = xt::maximum(X, T(0)); break;
+      }
+    });
+  });
+}
+
+void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  dispatch_float(kernels::unary_name(op), x.dtype(), [&]<class T>() {
+    const Work work = op == Unary::neg || op == Unary::relu ? Work::streaming : Work::arithmetic;
+    parallel_for(x.numel(), chunk_for(x.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
+      auto X = flat<T>(x, begin, end);
+      auto Y = flat<T>(y, begin, end);
+      auto dY = flat<T>(dy, begin, end);
+      auto dX = flat<T>(dx, begin, end);
+      switch (op) {
+        case Unary::neg: xt::noalias(dX) = -dY; break;
+        case Unary::exp: xt::noalias(dX) = dY * Y; break;
+        case Unary::log: xt::noalias(dX) = dY / X; break;
+        case Unary::tanh: xt::noalias(dX) = dY * (T(1) - Y * Y); break;
+        case Unary::relu: xt::noalias(dX) = xt::where(X > T(0), dY, T(0)); break;
+      }
+    });
+  });
+}
+
+void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
+  dispatch_float(kernels::binary_name(op), a.dtype(), [&]<class T>() {
+    const Work work = op == Binary::div ? Work::arithmetic : Work::streaming;
+    parallel_for(out.numel(), chunk_for(out.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
+      auto A = flat<T>(a, begin, end);
+      auto B = flat<T>(b, begin, end);
+      auto O = flat<T>(out, begin, end);
+      switch (op) {
+        case Binary::add: xt::noalias(O) = A + B; break;
+        case Binary::sub: xt::noalias(O) = A - B; break;
+        case Binary::mul: xt::noalias(O) = A * B; break;
+        case Binary::div: xt::noalias(O) = A / B; break;
+      }
+    });
+  });
+}
+
+void scale(const Tensor& x, double s, Tensor& y) {
+  dispatch_float("scale", x.dtype(), [&]<class T>() {
+    parallel_for(x.numel(), chunk_for(x.numel(), sizeof(T)), [&](int64_t begin, int64_t end) {
+      auto Y = flat<T>(y, begin, end);
+      xt::noalias(Y) = flat<T>(x, begin, end) * static_cast<T>(s);
+    });
+  });
+}
+
+void sgd_step(Tensor& param, const Tensor& grad, double lr) {
+  dispatch_float("sgd", param.dtype(), [&]<class T>() {
+    parallel_for(param.numel(), chunk_for(param.numel(), sizeof(T)), [&](int64_t begin, int64_t end) {
+      auto P = flat<T>(param, begin, end);
+      xt::noalias(P) = P - static_cast<T>(lr) * flat<T>(grad, begin, end);  // p - lr * g, as the reference writes it
+    });
+  });
+}
+
+// Note [adamw zero blocks]
+// An embedding's moments stay +0 on the rows no input has touched, and AdamW only needs w *= decay
+// there (Note [adamw zero fast path]); checking that costs reading g, m and v. With zero_blocks the
+// optimizer keeps one flag per block of 256 elements saying m and v are all +0 there: a flagged
+// block whose gradient is all +0 too gets w *= decay without reading m or v (what the fast path
+// would give, under the same condition on the scalars), and every other block runs the full
+// update, after which its flag is recomputed from the m and v it wrote. The flags are a cache of
+// the moments' bits, so whoever writes the moments otherwise must drop them (AdamW::set_moments).
+// With a row-sparse gradient (graph.hpp's RowSparse) a block in rows the gradient does not name is
+// known to be +0 without reading anything: such a block is one pass over w.
+namespace {
+
+// f64 parameters: the same expressions in fp64 (no zero blocks, no vector path).
+void adamw_step_f64(const kernels::AdamWSlot& slot, const AdamWScalars& s, const std::vector<const double*>& rows,
+                    int64_t d) {
+  double* w = slot.param->data<double>();
+  const double* g = slot.grad->defined() ? slot.grad->data<double>() : nullptr;
+  double* mm = slot.m->data<double>();
+  double* vv = slot.v->data<double>();
+  const double decay = 1.0 - s.lr64 * s.weight_decay64;
+  const int64_t numel = slot.param->numel();
+  parallel_for(numel, chunk_for(numel, sizeof(double), Work::arithmetic), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const double gi = g ? g[i] : (rows[static_cast<size_t>(i / d)] ? rows[static_cast<size_t>(i / d)][i % d] : 0.0);
+      double wi = w[i] * decay;
+      const double mi = s.beta1_64 * mm[i] + (1.0 - s.beta1_64) * gi;
+      const double vi = s.beta2_64 * vv[i] + (1.0 - s.beta2_64) * gi * gi;
+      wi = wi - s.step_size64 * (mi / (std::sqrt(vi) / s.bc2_sqrt64 + s.eps64));
+      w[i] = wi;
+      mm[i] = mi;
+      vv[i] = vi;
+    }
+  });
+}
+
+// For a row-sparse gradient of a (n, d) parameter: each row's gradient row, or nullptr for +0.
+template <class T>
+std::vector<const T*> sparse_rows(const kernels::AdamWSlot& slot, int64_t* d) {
+  std::vector<const T*> out;
+  if (!slot.rows) return out;
+  const Tensor& p = *slot.param;
+  *d = p.numel() / std::max<int64_t>(p.dim(0), 1);
+  out.assign(static_cast<size_t>(p.dim(0)), nullptr);
+  const T* rows = slot.rows->data<T>();
+  dispatch_index("adamw", slot.row_ids->dtype(), [&]<class I>() {
+    const I* ids = static_cast<const I*>(slot.row_ids->raw_data());
+    for (int64_t j = 0; j < slot.row_ids->numel(); ++j) {
+      const int64_t r = static_cast<int64_t>(ids[j]);
+      if (r < 0 || r >= p.dim(0))
+        throw Error("[adamw] a row-sparse gradient names row " + std::to_string(r) + " of a parameter " + p.shape().str());
+      out[static_cast<size_t>(r)] = rows + j * *d;
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+void adamw_step(const kernels::AdamWSlot& slot, const AdamWScalars& s) {
+  int64_t d = 1;
+  if (slot.param->dtype() == DType::f64) return adamw_step_f64(slot, s, sparse_rows<double>(slot, &d), d);
+  if (slot.param->dtype() != DType::f32)
+    throw Error(std::string("[adamw] no CPU kernel for ") + dtype_name(slot.param->dtype()) + " (f64 and f32)");
+  const std::vector<const float*> rows = sparse_rows<float>(slot, &d);
+  float* w = slot.param->data<float>();
+  const float* dense = slot.grad->defined() ? slot.grad->data<float>() : nullptr;
+  float* mm = slot.m->data<float>();
+  float* vv = slot.v->data<float>();
+  uint8_t* zero_blocks = slot.zero_blocks;
+  const float decay = 1.0f - s.lr * s.weight_decay;
+  const float one_minus_b1 = 1.0f - s.beta1, one_minus_b2 = 1.0f - s.beta2;
+  // elements [begin, end) with their gradient at g[0 .. end - begin)
+  auto update = [&](int64_t begin, int64_t end, const float* g) {
+    const int64_t n = end - begin;
+    const int64_t done = avx512::available() ? avx512::adamw_step(w + begin, g, mm + begin, vv + begin, n, s)
+                                             : 0;  // the same bits
+    // per element, fp32, left to right, no fused multiply-add (-ffp-contract=off): docs/bob.md
+    for (int64_t i = begin + done; i < end; ++i) {
+      const float gi = g[i - begin];
+      float wi = w[i] * decay;
+      float mi = s.beta1 * mm[i] + one_minus_b1 * gi;
+      float vi = s.beta2 * vv[i] + one_minus_b2 * gi * gi;
+      wi = wi - s.step_size * (mi / (std::sqrt(vi) / s.bc2_sqrt + s.eps));
+      w[i] = wi;
+      mm[i] = mi;
+      vv[i] = vi;
+    }
+  };
+  // A block's gradient: a pointer into the dense gradient or a sparse row, else gathered into
+  // `buffer` (a block across rows, or a +0 row); *zero tells whether it is known to be all +0.
+  auto block_grad = [&](int64_t begin, int64_t end, float* buffer, bool* zero) -> const float* {
+    *zero = false;
+    if (dense) return dense + begin;
+    const int64_t first = begin / d, last = (end - 1) / d;
+    if (first == last && rows[static_cast<size_t>(first)]) return rows[static_cast<size_t>(first)] + begin % d;
+    *zero = true;
+    for (int64_t r = first; r <= last; ++r) *zero = *zero && !rows[static_cast<size_t>(r)];
+    static constexpr float kZeros[kernels::adamw_zero_block] = {};
+    if (*zero) return kZeros;
+    for (int64_t i = begin; i < end; ++i) {
+      const float* row = rows[static_cast<size_t>(i / d)];
+      buffer[i - begin] = row ? row[i % d] : 0.0f;
+    }
+    return buffer;
+  };
+  // Elements with a zero gradient and moments cost a multiplication, the others a square root and
+  // two divisions; the chunks, dealt round-robin to the threads, even that out where the used
+  // rows of an embedding cluster (Note [intra-op threads]).
+  const int64_t numel = slot.param->numel();
+  constexpr int64_t block = kernels::adamw_zero_block;
+  if (!zero_blocks) {
+    parallel_for(numel, chunk_for(numel, sizeof(float), Work::arithmetic), [&](int64_t begin, int64_t end) {
+      float buffer[block];
+      for (int64_t b = begin; b < end; b += block) {
+        const int64_t e = std::min(end, b + block);
+        bool zero;
+        update(b, e, block_grad(b, e, buffer, &zero));
+      }
+    });
+    return;
+  }
+  auto zero = [](const float* a, const float* b, int64_t n) {  // every bit of a[0..n) and b[0..n) clear
+    if (avx512::available() && !avx512::all_zero_bits(a, b, n)) return false;
+    for (int64_t j = avx512::available() ? n - n % 16 : 0; j < n; ++j)
+      if (std::bit_cast<uint32_t>(a[j]) != 0 || std::bit_cast<uint32_t>(b[j]) != 0) return false;
+    return true;
+  };
+  const bool decay_only_exact = avx512::adamw_zero_fast_path_exact(s);
+  const int64_t blocks = (numel + block - 1) / block;
+  // Split like a streaming kernel: most blocks of an embedding are a pass over w alone, and
+  // splitting the table over the cores hands the next kernels (which read the table's rows on one
+  // core) lines held by the other (docs/bob.md, Performance).
+  const int64_t chunk = chunk_for(numel, sizeof(float), Work::streaming);  // in elements
+  parallel_for(blocks, chunk >= numel ? blocks : std::max<int64_t>(1, chunk / block), [&](int64_t first, int64_t last) {
+    float buffer[block];
+    for (int64_t k = first; k < last; ++k) {
+      const int64_t begin = k * block, end = std::min(numel, begin + block), n = end - begin;
+      bool g_zero;
+      const float* g = block_grad(begin, end, buffer, &g_zero);
+      if (decay_only_exact && zero_blocks[k] && (g_zero || zero(g, g, n))) {
+        const int64_t done = avx512::available() ? avx512::scale_in_place(w + begin, n, decay) : 0;
+        for (int64_t i = begin + done; i < end; ++i) w[i] = w[i] * decay;
+        continue;
+      }
+      update(begin, end, g);
+      zero_blocks[k] = zero(mm + begin, vv + begin, n);
+    }
+  });
+}
+
+}  // namespace tapegrad::cpu

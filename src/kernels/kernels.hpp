@@ -1,0 +1,115 @@
+// Kernel facades: one function per kernel family, dispatching on the inputs' device to cpu:: or
+// cuda:: (src/ops/cpu/cpu_kernels.hpp, src/cuda/cuda_kernels.hpp; the same signatures on both).
+//
+// Rules: a kernel writes into outputs its caller allocated (same device as the inputs); inputs on
+// different devices are an error naming the op and both devices; a device without a kernel for a
+// dtype says so ("[gather_backward] no CUDA kernel for bf16"). Backward rules and optimizers call
+// these facades, never a device directly, so a rule written once runs everywhere.
+//
+// Arithmetic order: f64 reductions are correctly rounded (like Python's math.fsum) on every
+// device, and so are f64 exp and log (src/ops/cr_math.hpp), so the tiny step matches its Python
+// reference and CPU and CUDA agree bit for bit.
+// f32 reductions run in a fixed order (deterministic, not necessarily equal across devices).
+#pragma once
+
+#include "tapegrad/tensor/tensor.hpp"
+
+namespace tapegrad::kernels {
+
+enum class Unary : uint8_t { neg, exp, log, tanh, relu };
+enum class Binary : uint8_t { add, sub, mul, div };
+const char* unary_name(Unary op);
+const char* binary_name(Binary op);
+
+// Throws "[op] inputs are on different devices: cpu and cuda:0" unless all defined tensors share one.
+Device common_device(const char* op, std::initializer_list<const Tensor*> tensors);
+
+// ---- elementwise (any shape, same numel; f64 / f32)
+void fill(Tensor& out, double value);
+// out (any) = scalar (shape ()) / divisor everywhere, computed in double and rounded to out's dtype;
+// read on the device, so a backward rule needs no host sync (sum's and mean's backward).
+void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor);
+void unary(Unary op, const Tensor& x, Tensor& y);
+// dx = dy * f'(x) given x and y = f(x): neg -dy, exp dy*y, log dy/x, tanh dy*(1-y*y), relu dy*(x>0)
+void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
+void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out);
+void scale(const Tensor& x, double s, Tensor& y);  // y = x * s
+
+// ---- linear algebra (2-D)
+// out (n, m) = op(a) @ op(b), op = transpose when the flag is set. a (n, k) or (k, n); b (k, m) or (m, k).
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out);
+void transpose(const Tensor& x, Tensor& out);                    // (n, m) -> (m, n)
+void add_row(const Tensor& x, const Tensor& b, Tensor& out);     // x (n, m) + b (m,) -> (n, m)
+void sum_rows(const Tensor& x, Tensor& out);                     // x (n, m) -> (m,): column sums
+
+// ---- reductions over every element -> shape ()
+void sum_all(const Tensor& x, Tensor& out);
+void mean_all(const Tensor& x, Tensor& out);  // sum / n (a division, as the reference does)
+
+// ---- rows: gather, scatter, softmax, cross-entropy
+// out (B, d) = table (V, d)[ids (B,)]; ids i32 or i64; an out-of-range id is an error naming it.
+void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out);
+// dst (V, d)[ids[i]] += rows[i] for i = 0..B-1 in order (overwrite: = rows[i]; the last one wins).
+void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite);
+// The same into a gradient that does not exist yet: dst (uninitialized) = zeros, then scatter_rows.
+// One pass where a device can (the rows no id touches are written as zeros by the scatter).
+void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite);
+void softmax_rows(const Tensor& x, Tensor& y);                                  // (n, m), along m
+void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx);     // dx = y * (dy - sum(dy*y))
+// probs (B, V) = softmax(logits); losses (B,) = -log(probs[i, t_i]) (f64) or logsumexp - logit (f32).
+void cross_entropy(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses);
+// cross_entropy, then out () = mean_all(losses) (mean) or sum_all(losses), with their arithmetic;
+// one launch where a device fuses the two (CUDA, f32).
+void cross_entropy_reduced(const Tensor& logits, const Tensor& targets, Tensor& probs, Tensor& losses, Tensor& out,
+                           bool mean);
+// dlogits (B, V)[i, j] = ((probs[i, j] - [j == t_i]) / divisor) * g, g = dloss (shape ()) or
+// dloss[i] (shape (B,)). dlogits may be probs itself (each element is read before it is written).
+void cross_entropy_backward(const Tensor& probs, const Tensor& targets, const Tensor& dloss, double divisor,
+                            Tensor& dlogits);
+
+// ---- CPU-only kernels: the distinct-row forms the fused embedding_cross_entropy takes on the host
+// (src/ops/fused/embedding_cross_entropy.cpp). On another device each is an error that names it;
+// the op takes the (B, V) kernels above there.
+// For logits rows i = table[rows[row_of[i]]]: probs (k, V) = softmax of the k distinct table rows
+// `rows` (k,) i32, losses (B,) as cross_entropy gives them for the B logits rows; row_of (B,) i32.
+void cross_entropy_of_rows(const Tensor& table, const Tensor& rows, const Tensor& row_of, const Tensor& targets,
+                           Tensor& probs, Tensor& losses);
+// dlogits (r, V) = rows row_begin .. row_begin + r - 1 of cross_entropy_backward's result, each
+// from its distinct row of probs (k, V): row i reads probs[row_of[i]].
+void cross_entropy_backward_of_rows(const Tensor& probs, const Tensor& row_of, const Tensor& targets,
+                                    const Tensor& dloss, double divisor, Tensor& dlogits, int64_t row_begin);
+
+// ---- optimizer updates, in place
+void sgd_step(Tensor& param, const Tensor& grad, double lr);  // p = p - lr * g
+// The AdamW update (see src/optim/adamw.hpp): f32 parameters in fp32 arithmetic, in bob's order
+// (docs/bob.md); f64 parameters the same expressions in fp64 from the scalars' f64 forms.
+struct AdamWScalars {
+  float lr, beta1, beta2, eps, weight_decay;
+  float step_size, bc2_sqrt;  // (float)(lr / bc1), (float)sqrt(bc2), computed in fp64 by the caller
+  // the same in fp64, for f64 parameters: the config's values and lr / bc1, sqrt(bc2) unrounded
+  double lr64 = 0, beta1_64 = 0, beta2_64 = 0, eps64 = 0, weight_decay64 = 0, step_size64 = 0, bc2_sqrt64 = 0;
+  // For CUDA graphs: when set, the kernel reads step_size and bc2_sqrt from these two floats in the
+  // parameter's device memory instead, so a replayed update uses the scalars written before the
+  // replay (AdamW::write_schedule). CUDA only.
+  const float* device_step_scalars = nullptr;
+};
+void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s);
+// The same update of several parameters (all on one device): on CUDA one launch per 16 of them,
+// as fused optimizers do ("multi-tensor apply"); on the CPU adamw_step on each in turn.
+struct AdamWSlot {
+  Tensor* param;
+  const Tensor* grad;  // dense, or undefined when the gradient is row-sparse (below)
+  Tensor* m;
+  Tensor* v;
+  // CPU, optional: one flag per block of adamw_zero_block elements, 1 where m and v are known to
+  // be all +0; the kernel reads and updates them (Note [adamw zero blocks] in cpu/elementwise.cpp).
+  uint8_t* zero_blocks = nullptr;
+  // CPU: a row-sparse gradient instead of grad, the param (n, d) being +0 outside rows (k, d) at
+  // row_ids (k,) (distinct): the update of every other row is the one a +0 gradient gives.
+  const Tensor* row_ids = nullptr;
+  const Tensor* rows = nullptr;
+};
+inline constexpr int64_t adamw_zero_block = 256;
+void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s);
+
+}  // namespace tapegrad::kernels

@@ -1,0 +1,301 @@
+// Tensor storage, the host backend, the backend registry and the host-fallback counter.
+#include "tapegrad/tensor/tensor.hpp"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#include "tapegrad/tensor/half.hpp"
+#include "tapegrad/tensor/parallel.hpp"
+
+namespace tapegrad {
+
+namespace {
+
+struct HostBackend final : DeviceBackend {
+  void* allocate(size_t nbytes, int) override {
+    size_t rounded = (nbytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded ? rounded : 64);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  void deallocate(void* ptr, size_t, int) noexcept override { std::free(ptr); }
+  // Large copies and fills split over the intra-op threads (parallel.hpp).
+  void copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t nbytes) override {
+    TG_CHECK(dst_dev.is_cpu() && src_dev.is_cpu(), "host backend copies host memory only");
+    parallel_for(static_cast<int64_t>(nbytes), chunk_for(static_cast<int64_t>(nbytes), 1), [&](int64_t begin, int64_t end) {
+      std::memcpy(static_cast<char*>(dst) + begin, static_cast<const char*>(src) + begin, static_cast<size_t>(end - begin));
+    });
+  }
+  void memset_zero(void* ptr, size_t nbytes, int) override {
+    parallel_for(static_cast<int64_t>(nbytes), chunk_for(static_cast<int64_t>(nbytes), 1), [&](int64_t begin, int64_t end) {
+      std::memset(static_cast<char*>(ptr) + begin, 0, static_cast<size_t>(end - begin));
+    });
+  }
+};
+
+HostBackend g_host;
+DeviceBackend* g_backends[2] = {&g_host, nullptr};
+std::atomic<uint64_t> g_host_fallbacks{0};
+
+}  // namespace
+
+DeviceBackend& backend_for(DeviceType type) {
+  DeviceBackend* b = g_backends[static_cast<int>(type)];
+  if (!b) throw DeviceError("[device] this tapegrad was built without CUDA (meson -Dcuda=enabled needs nvcc)");
+  return *b;
+}
+
+void register_backend(DeviceType type, DeviceBackend* backend) { g_backends[static_cast<int>(type)] = backend; }
+
+void synchronize(Device device) { backend_for(device.type).synchronize(device.index); }
+
+std::unique_ptr<CapturedGraph> DeviceBackend::capture(int, const std::function<void()>&) {
+  throw DeviceError("[capture] this device type cannot capture graphs");
+}
+
+std::unique_ptr<CapturedGraph> capture(Device device, const std::function<void()>& body) {
+  if (device.is_cpu())
+    throw DeviceError("[capture] graph capture records device work for replay; on the CPU ops run as they are "
+                      "called, so call the body instead");
+  return backend_for(device.type).capture(device.index, body);
+}
+
+uint64_t host_fallback_count() { return g_host_fallbacks.load(); }
+void note_host_fallback(const char*) { g_host_fallbacks.fetch_add(1); }
+
+// ---- host blocks: a per-thread cache of power-of-two blocks up to 64 KiB, so a training loop's
+// small tensors reuse memory instead of going through malloc and free every op; and a cache of
+// larger blocks by exact size (up to 16 MiB in all), so its large tensors (bob's [256, 256]
+// tables) reuse theirs instead of being mapped and page-faulted in afresh every step.
+
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr size_t kCachedBytesPerClass = 0;  // AddressSanitizer builds: every block goes back to malloc
+constexpr size_t kCachedLargeBytes = 0;
+#else
+constexpr size_t kCachedBytesPerClass = size_t{1} << 20;  // up to 1 MiB of free blocks per size class
+constexpr size_t kCachedLargeBytes = size_t{16} << 20;    // up to 16 MiB of free large blocks
+#endif
+constexpr size_t kMinBlock = 64, kMaxCachedBlock = 64 * 1024, kClasses = 11;
+
+size_t size_class(size_t bytes) {  // kMinBlock << class >= bytes
+  size_t c = 0;
+  while ((kMinBlock << c) < bytes) ++c;
+  return c;
+}
+
+struct LargeBlock {
+  void* p;
+  size_t bytes;
+};
+
+struct BlockCache {
+  std::vector<void*> free[kClasses];
+  std::vector<LargeBlock> large;  // free blocks above kMaxCachedBlock, least recently freed first
+  size_t large_bytes = 0;
+  ~BlockCache();
+};
+// initial-exec: the library is linked, not dlopen'ed, so its thread-locals can skip __tls_get_addr.
+#define TG_TLS __attribute__((tls_model("initial-exec"))) thread_local
+TG_TLS bool t_cache_gone = false;  // trivially destructible: safe to read during thread exit
+TG_TLS BlockCache t_cache;
+BlockCache::~BlockCache() {
+  for (auto& list : free)
+    for (void* p : list) std::free(p);
+  for (const LargeBlock& block : large) std::free(block.p);
+  t_cache_gone = true;
+}
+
+void* host_block(size_t bytes, size_t* block_bytes) {
+  if (bytes <= kMaxCachedBlock) {
+    size_t c = size_class(bytes);
+    *block_bytes = kMinBlock << c;
+    if (!t_cache_gone && !t_cache.free[c].empty()) {
+      void* p = t_cache.free[c].back();
+      t_cache.free[c].pop_back();
+      return p;
+    }
+  } else {
+    *block_bytes = (bytes + 63) / 64 * 64;
+    if (!t_cache_gone) {
+      std::vector<LargeBlock>& large = t_cache.large;
+      for (size_t k = large.size(); k-- > 0;) {
+        if (large[k].bytes != *block_bytes) continue;
+        void* p = large[k].p;
+        large.erase(large.begin() + static_cast<std::ptrdiff_t>(k));
+        t_cache.large_bytes -= *block_bytes;
+        return p;
+      }
+    }
+  }
+  void* p = std::aligned_alloc(64, *block_bytes);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+void free_host_block(void* p, size_t block_bytes) {
+  if (t_cache_gone) {
+    std::free(p);
+    return;
+  }
+  if (block_bytes <= kMaxCachedBlock) {
+    auto& list = t_cache.free[size_class(block_bytes)];
+    if ((list.size() + 1) * block_bytes <= kCachedBytesPerClass) {
+      list.push_back(p);
+      return;
+    }
+  } else if (block_bytes <= kCachedLargeBytes) {
+    std::vector<LargeBlock>& large = t_cache.large;
+    large.push_back({p, block_bytes});
+    t_cache.large_bytes += block_bytes;
+    size_t evicted = 0;  // over the limit: the least recently freed blocks go back to malloc
+    for (; t_cache.large_bytes > kCachedLargeBytes; ++evicted) {
+      std::free(large[evicted].p);
+      t_cache.large_bytes -= large[evicted].bytes;
+    }
+    large.erase(large.begin(), large.begin() + static_cast<std::ptrdiff_t>(evicted));
+    return;
+  }
+  std::free(p);
+}
+
+constexpr size_t kHeader = 64;  // the Storage header, padded so the data stays 64-byte aligned
+static_assert(sizeof(Storage) <= kHeader);
+
+}  // namespace
+
+Storage* Storage::create(size_t nbytes, Device dev) {
+  const bool host = dev.is_cpu();
+  size_t block = 0;
+  void* mem = host_block(kHeader + (host ? nbytes : 0), &block);
+  Storage* s = new (mem) Storage();
+  s->nbytes = nbytes;
+  s->device = dev;
+  s->block_bytes_ = block;
+  if (host) {
+    s->data = static_cast<char*>(mem) + kHeader;
+  } else {
+    try {
+      s->data = backend_for(dev.type).allocate(nbytes, dev.index);
+    } catch (...) {
+      s->~Storage();
+      free_host_block(mem, block);
+      throw;
+    }
+  }
+  return s;
+}
+
+void Storage::destroy() noexcept {
+  if (!device.is_cpu()) backend_for(device.type).deallocate(data, nbytes, device.index);
+  size_t block = block_bytes_;
+  this->~Storage();
+  free_host_block(this, block);
+}
+
+void Tensor::check_count(size_t n, const Shape& shape) {
+  if (static_cast<int64_t>(n) != shape.numel())
+    throw Error("[tensor] " + std::to_string(n) + " values do not fill shape " + shape.str() + " (" +
+                std::to_string(shape.numel()) + " elements)");
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  Tensor t;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.storage_ = Storage::create(static_cast<size_t>(shape.numel()) * dtype_size(dtype), device);
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.zero_();
+  return t;
+}
+
+void Tensor::zero_() {
+  if (!storage_) return;
+  backend_for(device().type).memset_zero(raw_data(), nbytes(), device().index);
+  mark_modified();
+}
+
+Tensor Tensor::from_doubles(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
+  check_count(values.size(), shape);
+  Tensor t = empty(shape, dtype, Device::cpu());
+  for (size_t i = 0; i < values.size(); ++i) {
+    double v = values[i];
+    switch (dtype) {
+      case DType::f64: static_cast<double*>(t.raw_data())[i] = v; break;
+      case DType::f32: static_cast<float*>(t.raw_data())[i] = static_cast<float>(v); break;
+      case DType::bf16: static_cast<uint16_t*>(t.raw_data())[i] = f32_to_bf16(static_cast<float>(v)); break;
+      case DType::f16: static_cast<uint16_t*>(t.raw_data())[i] = f32_to_f16(static_cast<float>(v)); break;
+      case DType::i32: static_cast<int32_t*>(t.raw_data())[i] = static_cast<int32_t>(v); break;
+      case DType::i64: static_cast<int64_t*>(t.raw_data())[i] = static_cast<int64_t>(v); break;
+    }
+  }
+  return device.is_cpu() ? t : t.to(device);
+}
+
+Tensor Tensor::scalar(double value, DType dtype, Device device) { return from_doubles({value}, Shape{}, dtype, device); }
+
+Tensor Tensor::to(Device dst) const {
+  if (!defined() || device() == dst) return *this;
+  Tensor t = empty(shape_, dtype_, dst);
+  t.copy_from(*this);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  if (!defined()) return *this;
+  Tensor t = empty(shape_, dtype_, device());
+  t.copy_from(*this);
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  if (!(src.shape_ == shape_) || src.dtype_ != dtype_)
+    throw Error("[copy] cannot copy a " + std::string(dtype_name(src.dtype_)) + " " + src.shape_.str() +
+                " tensor into a " + dtype_name(dtype_) + " " + shape_.str() + " one");
+  Device a = device(), b = src.device();
+  DeviceBackend& be = backend_for(a.is_cpu() ? b.type : a.type);
+  be.copy(raw_data(), a, src.raw_data(), b, nbytes());
+  mark_modified();
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+  if (shape.numel() != numel())
+    throw Error("[reshape] cannot reshape " + shape_.str() + " (" + std::to_string(numel()) + " elements) to " +
+                shape.str() + " (" + std::to_string(shape.numel()) + " elements)");
+  Tensor t = *this;
+  t.shape_ = shape;
+  return t;
+}
+
+std::vector<double> Tensor::to_doubles() const {
+  Tensor h = to(Device::cpu());
+  std::vector<double> out(static_cast<size_t>(numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const void* p = h.raw_data();
+    switch (dtype_) {
+      case DType::f64: out[i] = static_cast<const double*>(p)[i]; break;
+      case DType::f32: out[i] = static_cast<const float*>(p)[i]; break;
+      case DType::bf16: out[i] = bf16_to_f32(static_cast<const uint16_t*>(p)[i]); break;
+      case DType::f16: out[i] = f16_to_f32(static_cast<const uint16_t*>(p)[i]); break;
+      case DType::i32: out[i] = static_cast<const int32_t*>(p)[i]; break;
+      case DType::i64: out[i] = static_cast<double>(static_cast<const int64_t*>(p)[i]); break;
+    }
+  }
+  return out;
+}
+
+double Tensor::item() const {
+  if (numel() != 1) throw Error("[item] needs a tensor of one element, got shape " + shape_.str());
+  return to_doubles()[0];
+}
+
+}  // namespace tapegrad

@@ -1,0 +1,136 @@
+// Tensor: a cheap handle to shared storage (bytes on one device) + dtype + shape.
+//
+// Rules: storage is contiguous and row-major; copying a Tensor copies the handle, not the bytes
+// (clone() copies bytes); a kernel writes into an output tensor its caller allocated. Element
+// access through data<T>() is for host tensors only and checks the dtype; a write into a tensor
+// that already holds a value goes through copy_from, zero_, mutable_data or an optimizer, which
+// count it (version()).
+#pragma once
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tapegrad/tensor/backend.hpp"
+#include "tapegrad/tensor/dtype.hpp"
+#include "tapegrad/tensor/error.hpp"
+#include "tapegrad/tensor/shape.hpp"
+
+namespace tapegrad {
+
+// Bytes on one device, shared by every Tensor handle that points at them (intrusive count, one
+// allocation: host storage keeps its header and bytes in one block from a per-thread cache).
+class Storage {
+ public:
+  static Storage* create(size_t nbytes, Device device);
+  void retain() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void release() noexcept {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy();
+  }
+  uint32_t use_count() const noexcept { return refs_.load(std::memory_order_acquire); }
+  // In-place writes so far (Note [saved versions] in src/graph/graph.cpp).
+  uint32_t version() const noexcept { return version_.load(std::memory_order_relaxed); }
+  void bump_version() noexcept { version_.fetch_add(1, std::memory_order_relaxed); }
+
+  void* data = nullptr;
+  size_t nbytes = 0;
+  Device device;
+
+ private:
+  Storage() = default;
+  void destroy() noexcept;
+  std::atomic<uint32_t> refs_{1};
+  std::atomic<uint32_t> version_{0};
+  size_t block_bytes_ = 0;  // the host block holding this header (and, on the host, the data)
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(const Tensor& o) : storage_(o.storage_), shape_(o.shape_), dtype_(o.dtype_) {
+    if (storage_) storage_->retain();
+  }
+  Tensor(Tensor&& o) noexcept : storage_(o.storage_), shape_(o.shape_), dtype_(o.dtype_) { o.storage_ = nullptr; }
+  Tensor& operator=(const Tensor& o) {
+    if (o.storage_) o.storage_->retain();
+    if (storage_) storage_->release();
+    storage_ = o.storage_;
+    shape_ = o.shape_;
+    dtype_ = o.dtype_;
+    return *this;
+  }
+  Tensor& operator=(Tensor&& o) noexcept {
+    if (this != &o) {
+      if (storage_) storage_->release();
+      storage_ = o.storage_;
+      o.storage_ = nullptr;
+      shape_ = o.shape_;
+      dtype_ = o.dtype_;
+    }
+    return *this;
+  }
+  ~Tensor() {
+    if (storage_) storage_->release();
+  }
+
+  static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
+  // A host tensor holding `values` converted to dtype, then moved to `device`.
+  static Tensor from_doubles(const std::vector<double>& values, const Shape& shape, DType dtype,
+                             Device device = Device::cpu());
+  template <class T>
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device device = Device::cpu()) {
+    check_count(values.size(), shape);
+    Tensor t = empty(shape, dtype_of<T>(), Device::cpu());
+    if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+    return device.is_cpu() ? t : t.to(device);
+  }
+  static Tensor scalar(double value, DType dtype, Device device = Device::cpu());
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int ndim() const { return shape_.ndim(); }
+  int64_t dim(int i) const { return shape_[i]; }
+  int64_t numel() const { return shape_.numel(); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device : Device::cpu(); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+
+  void* raw_data() const { return storage_ ? storage_->data : nullptr; }
+  // The storage's count of in-place writes: copy_from, zero_, optimizer steps and mutable_data
+  // move it, so the engine can tell that a value it saved was changed since (graph.hpp).
+  uint32_t version() const { return storage_ ? storage_->version() : 0; }
+  void mark_modified() { if (storage_) storage_->bump_version(); }  // after writing through raw_data()
+  bool unique() const { return storage_ && storage_->use_count() == 1; }  // no other handle shares the bytes
+  template <class T> T* data() const {
+    if (dtype_of<T>() != dtype_) throw Error(std::string("[tensor] data<") + dtype_name(dtype_of<T>()) +
+                                             ">() on a " + dtype_name(dtype_) + " tensor");
+    if (!device().is_cpu()) throw Error("[tensor] data<T>() on a " + device().str() + " tensor; call .to(cpu) first");
+    return static_cast<T*>(raw_data());
+  }
+  // data<T>() for writing: the same pointer, and the write is counted (version()).
+  template <class T> T* mutable_data() {
+    T* p = data<T>();
+    mark_modified();
+    return p;
+  }
+
+  Tensor to(Device device) const;            // a copy on `device` (the same handle if already there)
+  Tensor clone() const;                      // a copy of the bytes, same device
+  Tensor reshape(const Shape& shape) const;  // shares storage; numel must match
+  void copy_from(const Tensor& src);         // bytes from src (same shape and dtype, any device)
+  void zero_();
+
+  std::vector<double> to_doubles() const;  // every element widened to double (copies to the host)
+  double item() const;                       // the single element as double
+
+ private:
+  static void check_count(size_t n, const Shape& shape);
+
+  Storage* storage_ = nullptr;
+  Shape shape_;
+  DType dtype_ = DType::f32;
+};
+
+}  // namespace tapegrad

@@ -1,0 +1,94 @@
+// Tensor: handles and storage, dtypes and conversions, versions, and the host block cache.
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "messages.hpp"
+#include "tapegrad/tensor/tensor.hpp"
+
+using namespace tapegrad;
+using tapegrad::testing::message_of;
+
+TEST_CASE("a Tensor is a handle: copies share bytes, clone() copies them, reshape shares them") {
+  Tensor a = Tensor::from_doubles({1, 2, 3, 4, 5, 6}, Shape{2, 3}, DType::f64);
+  Tensor b = a;
+  CHECK(b.raw_data() == a.raw_data());
+  CHECK_FALSE(a.unique());
+  Tensor c = a.clone();
+  CHECK(c.raw_data() != a.raw_data());
+  c.mutable_data<double>()[0] = 10;
+  CHECK(a.to_doubles()[0] == 1);
+  Tensor r = a.reshape(Shape{3, 2});
+  CHECK(r.raw_data() == a.raw_data());
+  CHECK(r.shape() == Shape{3, 2});
+  CHECK(message_of([&] { a.reshape(Shape{4}); }) == "[reshape] cannot reshape (2, 3) (6 elements) to (4,) (4 elements)");
+  CHECK(a.nbytes() == 48);
+  CHECK(Tensor::zeros(Shape{0, 5}, DType::f32).numel() == 0);
+}
+
+TEST_CASE("every dtype converts through from_doubles and to_doubles") {
+  const std::vector<double> v{-2.5, 0, 1, 3.25};
+  for (DType t : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(t));
+    CHECK(Tensor::from_doubles(v, Shape{4}, t).to_doubles() == v);
+  }
+  CHECK(Tensor::from_doubles({-3, 7}, Shape{2}, DType::i32).to_doubles() == std::vector<double>{-3, 7});
+  CHECK(Tensor::from_doubles({-3, 7}, Shape{2}, DType::i64).to_doubles() == std::vector<double>{-3, 7});
+  CHECK(Tensor::scalar(2.5, DType::f32).item() == 2.5);
+  CHECK(message_of([] { Tensor::from_doubles({1, 2, 3}, Shape{2}, DType::f32); }) ==
+        "[tensor] 3 values do not fill shape (2,) (2 elements)");
+  CHECK(message_of([] { Tensor::from_doubles({1, 2}, Shape{2}, DType::f32).item(); }) ==
+        "[item] needs a tensor of one element, got shape (2,)");
+  Tensor f = Tensor::zeros(Shape{2}, DType::f32);
+  CHECK(message_of([&] { f.data<double>(); }) == "[tensor] data<f64>() on a f32 tensor");
+}
+
+TEST_CASE("in-place writes move the storage's version; reads do not") {
+  Tensor a = Tensor::zeros(Shape{3}, DType::f32);
+  const uint32_t v0 = a.version();
+  Tensor view = a.reshape(Shape{3, 1});
+  (void)a.data<float>();
+  (void)a.to_doubles();
+  CHECK(a.version() == v0);
+  a.copy_from(Tensor::from_doubles({1, 2, 3}, Shape{3}, DType::f32));
+  CHECK(a.version() == v0 + 1);
+  view.zero_();  // one storage, one count
+  CHECK(a.version() == v0 + 2);
+  a.mutable_data<float>()[1] = 5;
+  CHECK(a.version() == v0 + 3);
+  CHECK(a.clone().version() != a.version() + 100);  // a clone counts on its own
+  CHECK(message_of([&] { a.copy_from(Tensor::zeros(Shape{2}, DType::f32)); }) ==
+        "[copy] cannot copy a f32 (2,) tensor into a f32 (3,) one");
+}
+
+TEST_CASE("the host block cache: freed blocks are reused by size class, data is 64-byte aligned") {
+  std::set<const void*> seen;
+  for (size_t bytes : {1, 60, 64, 100, 4096, 70000, 300000}) {
+    CAPTURE(bytes);
+    const Shape s{static_cast<int64_t>(bytes)};
+    const void* first;
+    {
+      Tensor t = Tensor::empty(s, DType::i32);
+      first = t.raw_data();
+      CHECK(reinterpret_cast<uintptr_t>(first) % 64 == 0);
+      t.mutable_data<int32_t>()[0] = 7;  // the whole block is ours to write
+      t.mutable_data<int32_t>()[bytes - 1] = 7;
+    }
+#if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer builds give every block back to malloc
+    Tensor again = Tensor::empty(s, DType::i32);  // the block just freed, from this thread's cache
+    CHECK(again.raw_data() == first);
+#endif
+  }
+  // blocks held at once are distinct
+  std::vector<Tensor> live;
+  for (int k = 0; k < 50; ++k) {
+    live.push_back(Tensor::empty(Shape{16}, DType::f32));
+    CHECK(seen.insert(live.back().raw_data()).second);
+  }
+}
+
+TEST_CASE("devices: a CUDA tensor in a build or on a machine without one is a clear error") {
+  CHECK(parse_device("cpu") == Device::cpu());
+  CHECK(parse_device("cuda:3") == Device::cuda(3));
+  CHECK(message_of([] { parse_device("gpu"); }) == "[device] unknown device 'gpu': expected cpu, cuda or cuda:N");
+}
