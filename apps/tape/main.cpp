@@ -6,6 +6,7 @@
 //   tape dot FILE [-o OUT.dot]          Graphviz DOT (render with: dot -Tsvg OUT.dot > OUT.svg)
 //   tape html FILE [FILE2] -o PAGE.html one self-contained page; with two dumps (a correct run and
 //                                       an overwrite-bug run) side by side
+//   tape ops                            every op's shapes, forward and backward rule (docs/ops.md)
 //
 // Exit codes: 0 done, 2 bad input (an unreadable, malformed, truncated or unknown-version dump, or
 // bad arguments); nothing is written when the input is refused.
@@ -17,6 +18,7 @@
 
 #include "tapegrad/tensor/error.hpp"
 #include "tapegrad/io/atomic_file.hpp"
+#include "tapegrad/ops/op_table.hpp"
 #include "stepper.hpp"
 #include "views.hpp"
 
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
                                               "to see them side by side");
   html->add_option("FILE", files, "one or two tape dumps")->required()->expected(1, 2);
   html->add_option("-o,--output", out_path, "the page to write")->required();
+  CLI::App* ops_table = app.add_subcommand("ops", "the derivatives table: every op's shapes, forward and backward rule");
 
   try {
     app.parse(argc, argv);
@@ -50,6 +53,10 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
 
+  if (*ops_table) {
+    print(tapegrad::ops::op_table_markdown());
+    return 0;
+  }
   try {
     std::vector<tape::Tape> tapes;
     for (const std::string& f : files) tapes.push_back(tape::read_tape(f));

@@ -1,7 +1,7 @@
 // A next-character MLP written against tapegrad's installed API: embedding, a tanh hidden layer,
 // cross-entropy, SGD. The model is the dozen lines in `loss`; everything else is data and printing.
-// Build it as its own project (see meson.build here and README.md): it uses only <tapegrad.hpp>.
-#include "tapegrad/tapegrad.hpp"
+// Build it as its own project (see meson.build here and README.md): it uses only <tapegrad/tapegrad.hpp>.
+#include <tapegrad/tapegrad.hpp>
 
 #include <cstdio>
 #include <map>

@@ -1,12 +1,13 @@
 // CUDA elementwise kernels: fill, unary ops and their backward, binary ops, scale.
 //
-// Rule: element i is computed from elements i only, with the CPU kernel's expression in the
-// same order (src/ops/cpu/elementwise.cpp), so an output may alias an input and the results
-// equal the CPU's bit for bit, except f32 exp/log/tanh and f64 tanh, which are CUDA's own
-// functions (within a few ulp). f64 exp and log are correctly rounded on both (src/ops/cr_math.hpp).
+// Rule: element i is computed from elements i only, the unary ops by the very functor the CPU
+// loop runs (src/kernels/unary_ops.hpp), so an output may alias an input and the results equal
+// the CPU's bit for bit, except where a functor calls f32 exp/log/tanh or f64 tanh, which are
+// CUDA's own functions (within a few ulp), and f64 exp and log, correctly rounded here and the C
+// library's on the CPU (Note [exp and log on each device]).
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
-#include "tapegrad/kernels/cr_math.hpp"
+#include "tapegrad/kernels/unary_ops.hpp"
 
 namespace tapegrad::cuda {
 
@@ -29,44 +30,18 @@ __global__ void fill_from_scalar_kernel(T* out, const T* scalar, double divisor,
     out[i] = value;
 }
 
-template <class T>
-__device__ T exp_of(T x) {
-  if constexpr (std::is_same_v<T, double>) return cr_exp(x);
-  else return expf(x);
-}
-template <class T>
-__device__ T log_of(T x) {
-  if constexpr (std::is_same_v<T, double>) return cr_log(x);
-  else return logf(x);
+// y (n,) = F::forward(x): the op's functor (unary_ops.hpp), the CPU loop's expression
+template <class F, class T>
+__global__ void unary_kernel(const T* x, T* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = F::forward(x[i]);
 }
 
-// y (n,) = f(x)
-template <class T>
-__global__ void unary_kernel(Unary op, const T* x, T* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const T v = x[i];
-    switch (op) {
-      case Unary::neg: y[i] = -v; break;
-      case Unary::exp: y[i] = exp_of(v); break;
-      case Unary::log: y[i] = log_of(v); break;
-      case Unary::tanh: y[i] = tanh(v); break;
-      case Unary::relu: y[i] = v > T(0) ? v : T(0); break;  // as xt::maximum(x, 0): nan and -0 give +0
-    }
-  }
-}
-
-// dx (n,) = dy * f'(x), given x and y = f(x)
-template <class T>
-__global__ void unary_backward_kernel(Unary op, const T* x, const T* y, const T* dy, T* dx, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    switch (op) {
-      case Unary::neg: dx[i] = -dy[i]; break;
-      case Unary::exp: dx[i] = dy[i] * y[i]; break;
-      case Unary::log: dx[i] = dy[i] / x[i]; break;
-      case Unary::tanh: dx[i] = dy[i] * (T(1) - y[i] * y[i]); break;
-      case Unary::relu: dx[i] = x[i] > T(0) ? dy[i] : T(0); break;
-    }
-  }
+// dx (n,) = F::backward(x, y, dy), given x and y = f(x)
+template <class F, class T>
+__global__ void unary_backward_kernel(const T* x, const T* y, const T* dy, T* dx, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    dx[i] = F::backward(x[i], y[i], dy[i]);
 }
 
 // out (n,) = a op b
@@ -113,19 +88,23 @@ void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor) {
 void unary(Unary op, const Tensor& x, Tensor& y) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  dispatch_float(kernels::unary_name(op), x.dtype(), [&]<class T>() {
-    unary_kernel<<<blocks_for(n), kBlock, 0, stream_for(x)>>>(op, cdata<T>(x), mdata<T>(y), n);
-    TG_CUDA_CHECK_LAUNCH();
+  kernels::visit_unary(op, [&]<class F>() {
+    dispatch_float(F::name, x.dtype(), [&]<class T>() {
+      unary_kernel<F, T><<<blocks_for(n), kBlock, 0, stream_for(x)>>>(cdata<T>(x), mdata<T>(y), n);
+      TG_CUDA_CHECK_LAUNCH();
+    });
   });
 }
 
 void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  dispatch_float(kernels::unary_name(op), x.dtype(), [&]<class T>() {
-    unary_backward_kernel<<<blocks_for(n), kBlock, 0, stream_for(x)>>>(op, cdata<T>(x), cdata<T>(y), cdata<T>(dy),
-                                                                      mdata<T>(dx), n);
-    TG_CUDA_CHECK_LAUNCH();
+  kernels::visit_unary(op, [&]<class F>() {
+    dispatch_float(F::name, x.dtype(), [&]<class T>() {
+      unary_backward_kernel<F, T><<<blocks_for(n), kBlock, 0, stream_for(x)>>>(cdata<T>(x), cdata<T>(y), cdata<T>(dy),
+                                                                               mdata<T>(dx), n);
+      TG_CUDA_CHECK_LAUNCH();
+    });
   });
 }
 

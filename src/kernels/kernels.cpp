@@ -10,14 +10,7 @@
 namespace tapegrad::kernels {
 
 const char* unary_name(Unary op) {
-  switch (op) {
-    case Unary::neg: return "neg";
-    case Unary::exp: return "exp";
-    case Unary::log: return "log";
-    case Unary::tanh: return "tanh";
-    case Unary::relu: return "relu";
-  }
-  return "?";
+  return visit_unary(op, []<class F>() { return F::name; });
 }
 
 const char* binary_name(Binary op) {

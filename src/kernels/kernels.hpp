@@ -12,11 +12,11 @@
 // f32 reductions run in a fixed order (deterministic, not necessarily equal across devices).
 #pragma once
 
+#include "tapegrad/kernels/unary_ops.hpp"
 #include "tapegrad/tensor/tensor.hpp"
 
 namespace tapegrad::kernels {
 
-enum class Unary : uint8_t { neg, exp, log, tanh, relu };
 enum class Binary : uint8_t { add, sub, mul, div };
 const char* unary_name(Unary op);
 const char* binary_name(Binary op);
@@ -29,8 +29,8 @@ void fill(Tensor& out, double value);
 // out (any) = scalar (shape ()) / divisor everywhere, computed in double and rounded to out's dtype;
 // read on the device, so a backward rule needs no host sync (sum's and mean's backward).
 void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor);
-void unary(Unary op, const Tensor& x, Tensor& y);
-// dx = dy * f'(x) given x and y = f(x): neg -dy, exp dy*y, log dy/x, tanh dy*(1-y*y), relu dy*(x>0)
+void unary(Unary op, const Tensor& x, Tensor& y);  // y = f(x), f the op's functor (unary_ops.hpp)
+// dx = dy * f'(x) given x and y = f(x): the functor's backward
 void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out);
 void scale(const Tensor& x, double s, Tensor& y);  // y = x * s

@@ -25,20 +25,19 @@ Var binary_op(const char* op, Binary kind, Var a, Var b, BackwardFn backward) {
   return g.record(op, std::move(out), {a, b}, backward);
 }
 
-Var unary_op(Unary kind, Var x, BackwardFn backward) {
+// y = f(x) by the op's functor; dx = dy * f'(x) by its backward, both in kernels::unary*
+template <Unary kind>
+Var unary_op(Var x) {
   const char* op = kernels::unary_name(kind);
   Graph& g = graph_of(op, {x});
   need_float(op, "input", x.value());
   Tensor out = like(x.value());
   kernels::unary(kind, x.value(), out);
-  return g.record(op, std::move(out), {x}, backward);
-}
-
-template <Unary kind>
-void unary_backward(BackwardContext& ctx) {
-  Tensor dx = like(ctx.input(0));
-  kernels::unary_backward(kind, ctx.input(0), ctx.output(), ctx.grad_output(), dx);
-  ctx.accumulate(0, dx);
+  return g.record(op, std::move(out), {x}, [](BackwardContext& ctx) {
+    Tensor dx = like(ctx.input(0));
+    kernels::unary_backward(kind, ctx.input(0), ctx.output(), ctx.grad_output(), dx);
+    ctx.accumulate(0, dx);
+  });
 }
 
 }  // namespace
@@ -88,10 +87,10 @@ Var scale(Var x, double s) {
   }, {}, s);
 }
 
-Var neg(Var x) { return unary_op(Unary::neg, x, unary_backward<Unary::neg>); }    // dx = -dy
-Var exp(Var x) { return unary_op(Unary::exp, x, unary_backward<Unary::exp>); }    // dx = dy * exp(x)
-Var log(Var x) { return unary_op(Unary::log, x, unary_backward<Unary::log>); }    // dx = dy / x
-Var tanh(Var x) { return unary_op(Unary::tanh, x, unary_backward<Unary::tanh>); } // dx = dy * (1 - y^2)
-Var relu(Var x) { return unary_op(Unary::relu, x, unary_backward<Unary::relu>); } // dx = dy * [x > 0]
+// The unary ops, one per line of TG_UNARY_OPS (src/kernels/unary_ops.hpp).
+#define TG_UNARY_DEFINE(name, F) \
+  Var name(Var x) { return unary_op<Unary::name>(x); }
+TG_UNARY_OPS(TG_UNARY_DEFINE)
+#undef TG_UNARY_DEFINE
 
 }  // namespace tapegrad::ops

@@ -1,27 +1,12 @@
 // The differentiable ops. Each front-end checks its inputs (errors name the op and the shapes),
 // computes through the kernel facades, and records a node whose backward rule is written beside
-// its forward in the op's .cpp file. Derivatives, in one list (d = gradient of the loss):
-//
-//   op                     shapes                            backward
-//   gather(E, ids)         E (V, d), ids (B,) int -> (B, d)  dE[ids[i]] += dy[i]   (row-wise accumulate)
-//   matmul(a, b)           (n, k) @ (k, m) -> (n, m)         da = dy @ b^T, db = a^T @ dy
-//   add_row(x, b)          (n, m) + (m,) -> (n, m)           dx = dy, db = sum over rows of dy
-//   add(a, b), sub(a, b)   same shapes                       da = dy, db = +-dy
-//   mul(a, b)              same shapes                       da = dy * b, db = dy * a
-//   scale(x, s)            any                               dx = dy * s
-//   exp(x)                 any                               dx = dy * y
-//   log(x)                 any                               dx = dy / x
-//   tanh(x)                any                               dx = dy * (1 - y^2)
-//   relu(x)                any                               dx = dy * [x > 0]
-//   softmax(x)             (n, m), along m                   dx = y * (dy - sum_j dy*y)
-//   cross_entropy(z, t)    z (B, V), t (B,) int -> ()        dz = ((softmax(z) - onehot(t)) / B) * dy   (mean)
-//                          Reduction::none -> (B,)           dz[i] = (softmax(z[i]) - onehot(t[i])) * dy[i]
-//   sum(x), mean(x)        any -> ()                         dx = dy, dx = dy / n
-//   transpose(x)           (n, m) -> (m, n)                  dx = dy^T
-//   reshape(x, s)          any -> s (same numel)             dx = dy reshaped back
+// its forward in the op's .cpp file. Every op's shapes, forward and derivative are in one table,
+// ops/op_table.cpp, which docs/ops.md shows; the elementwise unary ops are their functors in
+// src/kernels/unary_ops.hpp (one line of TG_UNARY_OPS each), declared here from that list.
 #pragma once
 
 #include "tapegrad/graph/graph.hpp"
+#include "tapegrad/kernels/unary_ops.hpp"  // TG_UNARY_OPS
 
 namespace tapegrad::ops {
 
@@ -34,11 +19,10 @@ Var add(Var a, Var b);
 Var sub(Var a, Var b);
 Var mul(Var a, Var b);
 Var scale(Var x, double s);
-Var neg(Var x);
-Var exp(Var x);
-Var log(Var x);
-Var tanh(Var x);
-Var relu(Var x);
+// neg exp log tanh relu sigmoid silu gelu (tanh approximation): y = f(x), any shape
+#define TG_UNARY_DECLARE(name, F) Var name(Var x);
+TG_UNARY_OPS(TG_UNARY_DECLARE)
+#undef TG_UNARY_DECLARE
 Var softmax(Var x);
 Var cross_entropy(Var logits, Var targets, Reduction reduction = Reduction::mean);
 Var sum(Var x);

@@ -12,6 +12,7 @@
 
 #include "tapegrad/graph/gradcheck.hpp"
 #include "tapegrad/io/atomic_file.hpp"
+#include "tapegrad/ops/op_table.hpp"
 
 namespace tapegrad {
 
@@ -276,6 +277,16 @@ json::Value tape_dump(const Graph& g, const BackwardRecord* record, const DumpOp
   const std::vector<int32_t> order = record_order(g);
   for (size_t i = 0; i < order.size(); ++i) values.push_back(value_json(g, order[i], i, node_of, options));
   d.set("values", std::move(values));
+  json::Value ops = json::Value::Object{};  // the rows of the derivatives table for the ops present
+  for (const Node& n : g.nodes()) {
+    const ops::OpInfo* info = ops::op_info(n.op);
+    if (!info || ops.find(n.op)) continue;
+    json::Value row = json::Value::Object{};
+    row.set("forward", info->forward);
+    row.set("backward", info->backward);
+    ops.set(n.op, std::move(row));
+  }
+  d.set("ops", std::move(ops));
   d.set("backward", record ? backward_json(g, *record, options) : json::Value());
   d.set("gradient_check", options.gradient_check ? gradient_check_json(g, *options.gradient_check) : json::Value());
   return d;

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs tapegrad from the build into a temporary root, then builds examples/char_mlp as a
-# separate project against it through pkg-config, runs it, and checks its loss fell.
+# Installs tapegrad from the build into a temporary root, then builds each example (examples/char_mlp,
+# examples/custom_op) as a separate project against it through pkg-config, and runs it: char_mlp's
+# loss must fall, custom_op's op (defined outside the tree) must pass the gradient check, reach the
+# overwrite-bug mode, and dump a tape that `tape show` reads.
 set -euo pipefail
 BUILD=$1 SOURCE=$2
 root=$(mktemp -d)
@@ -11,7 +13,18 @@ pc=$(find "$root/dest" -name tapegrad.pc | head -n 1)
 libdir=$(dirname "$(dirname "$pc")")
 export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR="$root/dest"
 echo "installed: $(pkg-config --modversion tapegrad) ($(pkg-config --cflags tapegrad))"
-meson setup "$root/example" "$SOURCE/examples/char_mlp" > "$root/setup.log" || { cat "$root/setup.log"; exit 1; }
-ninja -C "$root/example" > "$root/ninja.log" || { cat "$root/ninja.log"; exit 1; }
-LD_LIBRARY_PATH="$libdir" "$root/example/char_mlp"
-echo "1 passed, 0 failed"
+passed=0
+for example in char_mlp custom_op; do
+  meson setup "$root/$example" "$SOURCE/examples/$example" > "$root/setup.log" || { cat "$root/setup.log"; exit 1; }
+  ninja -C "$root/$example" > "$root/ninja.log" || { cat "$root/ninja.log"; exit 1; }
+  echo "== $example"
+  if [[ $example == custom_op ]]; then
+    LD_LIBRARY_PATH="$libdir" "$root/$example/$example" "$root/softplus.json"
+    LD_LIBRARY_PATH="$libdir" "$BUILD/apps/tape/tape" show "$root/softplus.json" | grep -q softplus \
+      || { echo "FAIL: the tape of the custom op does not show it"; exit 1; }
+  else
+    LD_LIBRARY_PATH="$libdir" "$root/$example/$example"
+  fi
+  passed=$((passed + 1))
+done
+echo "$passed passed, 0 failed"

@@ -12,6 +12,7 @@
 
 #include "tapegrad/tensor/parallel.hpp"
 #include "tapegrad/kernels/kernels.hpp"
+#include "op_cases.hpp"
 
 using namespace tapegrad;
 
@@ -189,5 +190,24 @@ TEST_CASE("scatter_rows_fresh gives the bits of zeros and then scatter_rows, -0 
       }
     }
     set_num_threads(before);
+  }
+}
+
+// Every case of the op-case table (tests/op_cases.hpp), forward and backward through the engine, on
+// inputs large enough to take the split.
+TEST_CASE("every case of the op-case table: the same bits for every thread count, forward and backward") {
+  for (const testing::OpCase& c : testing::op_cases()) {
+    for (const DType dtype : {DType::f32, DType::f64}) {
+      check_thread_counts(c.op + " " + c.label + " " + dtype_name(dtype), [&] {
+        Graph g;
+        const testing::Built b = testing::build_case(g, c, true, dtype, 5);
+        Var loss = b.out.shape().ndim() == 0 ? b.out : ops::sum(ops::mul(b.out, b.out));
+        g.backward(loss);
+        std::vector<Tensor> out{b.out.value().clone()};
+        for (const Var& in : b.inputs)
+          if (in.requires_grad()) out.push_back(in.grad().clone());
+        return out;
+      });
+    }
   }
 }

@@ -1,13 +1,17 @@
-// Every op: gradient checked against central differences in f64, f32 forward against f64, and
-// every error path asserted by its message.
+// Every op: gradient checked against central differences in f64 and f32 against f64, for every case
+// of the op-case table (tests/op_cases.hpp); every error path asserted by its message.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <random>
+#include <set>
 
 #include "tapegrad/graph/gradcheck.hpp"
 #include "tapegrad/graph/graph.hpp"
 #include "tapegrad/ops/ops.hpp"
+#include "op_cases.hpp"
 
 using namespace tapegrad;
 
@@ -24,88 +28,76 @@ Tensor random(Shape s, DType t = DType::f64, double lo = -1.0, double hi = 1.0) 
 
 Tensor ids(std::vector<int32_t> v) { return Tensor::from_vector(v, Shape{static_cast<int64_t>(v.size())}); }
 
-// loss = sum(f(params) * R) with a fixed random R, so every output cell has its own weight.
-double check_op(Graph& g, const std::function<Var(Graph&)>& f) {
-  Tensor r;
-  auto loss = [&](Graph& gr) {
-    Var y = f(gr);
-    if (!r.defined()) r = random(y.shape());
-    if (y.shape().ndim() == 0) return y;
-    return ops::sum(ops::mul(y, gr.input(r)));
-  };
-  return gradcheck(g, loss, 1e-6);
-}
-
 constexpr double kTol = 1e-7;
 
 }  // namespace
 
-TEST_CASE("gradient check of every op in f64") {
-  SUBCASE("gather with repeated ids") {
+TEST_CASE("every case of the op-case table passes the f64 gradient check, and f32 follows f64") {
+  for (const testing::OpCase& c : testing::op_cases()) {
+    CAPTURE(c.op);
+    CAPTURE(c.label);
     Graph g;
-    Var e = g.parameter(random({5, 3}));
-    CHECK(check_op(g, [&](Graph& gr) { return ops::gather(e, gr.input(ids({4, 0, 4, 2, 4}))); }) < kTol);
-  }
-  SUBCASE("matmul") {
-    Graph g;
-    Var a = g.parameter(random({3, 4})), b = g.parameter(random({4, 2}));
-    CHECK(check_op(g, [&](Graph&) { return ops::matmul(a, b); }) < kTol);
-  }
-  SUBCASE("add_row") {
-    Graph g;
-    Var x = g.parameter(random({3, 4})), b = g.parameter(random({4}));
-    CHECK(check_op(g, [&](Graph&) { return ops::add_row(x, b); }) < kTol);
-  }
-  SUBCASE("add, sub, mul, scale, neg") {
-    Graph g;
-    Var a = g.parameter(random({2, 3})), b = g.parameter(random({2, 3}));
-    CHECK(check_op(g, [&](Graph&) { return ops::add(a, b); }) < kTol);
-    CHECK(check_op(g, [&](Graph&) { return ops::sub(a, b); }) < kTol);
-    CHECK(check_op(g, [&](Graph&) { return ops::mul(a, b); }) < kTol);
-    CHECK(check_op(g, [&](Graph&) { return ops::scale(a, -2.5); }) < kTol);
-    CHECK(check_op(g, [&](Graph&) { return -a; }) < kTol);
-  }
-  SUBCASE("exp, log, tanh, relu") {
-    Graph g;
-    Var a = g.parameter(random({7}));
-    Var p = g.parameter(random({7}, DType::f64, 0.5, 2.0));
-    Var r = g.parameter(Tensor::from_doubles({-0.9, -0.3, 0.2, 0.7, 1.1}, Shape{5}, DType::f64));  // away from 0
-    CHECK(check_op(g, [&](Graph&) { return ops::exp(a); }) < kTol);
-    CHECK(check_op(g, [&](Graph&) { return ops::log(p); }) < kTol);
-    CHECK(check_op(g, [&](Graph&) { return ops::tanh(a); }) < kTol);
-    CHECK(check_op(g, [&](Graph&) { return ops::relu(r); }) < kTol);
-  }
-  SUBCASE("softmax") {
-    Graph g;
-    Var a = g.parameter(random({3, 5}));
-    CHECK(check_op(g, [&](Graph&) { return ops::softmax(a); }) < kTol);
-  }
-  SUBCASE("cross_entropy: mean, sum and none") {
-    Graph g;
-    Var z = g.parameter(random({4, 5}, DType::f64, -2, 2));
-    Tensor t = ids({1, 4, 1, 0});
-    CHECK(check_op(g, [&](Graph& gr) { return ops::cross_entropy(z, gr.input(t)); }) < kTol);
-    CHECK(check_op(g, [&](Graph& gr) { return ops::cross_entropy(z, gr.input(t), ops::Reduction::sum); }) < kTol);
-    CHECK(check_op(g, [&](Graph& gr) { return ops::cross_entropy(z, gr.input(t), ops::Reduction::none); }) < kTol);
-  }
-  SUBCASE("sum, mean, transpose, reshape") {
-    Graph g;
-    Var a = g.parameter(random({2, 3}));
-    CHECK(check_op(g, [&](Graph&) { return ops::sum(ops::exp(a)); }) < kTol);
-    CHECK(check_op(g, [&](Graph&) { return ops::mean(ops::exp(a)); }) < kTol);
-    CHECK(check_op(g, [&](Graph&) { return ops::transpose(a); }) < kTol);
-    CHECK(check_op(g, [&](Graph&) { return ops::reshape(a, Shape{3, 2}); }) < kTol);
-  }
-  SUBCASE("a composite: a two-layer MLP with shared weights") {
-    Graph g;
-    Var e = g.parameter(random({6, 4})), w = g.parameter(random({4, 4})), b = g.parameter(random({4}));
-    Tensor x = ids({0, 3, 3, 5}), t = ids({1, 2, 3, 0});
+    const testing::Built built = testing::build_case(g, c, false, DType::f64, 11);
+    const Tensor r = random(built.out.shape());  // loss = sum(y * R): every output cell has its own weight
     auto loss = [&](Graph& gr) {
-      Var h = ops::tanh(ops::add_row(ops::matmul(ops::gather(e, gr.input(x)), w), b));
-      return ops::cross_entropy(ops::matmul(h, w), gr.input(t));  // w used twice
+      Var y = c.build(built.inputs);
+      return y.shape().ndim() == 0 ? y : ops::sum(ops::mul(y, gr.input(r)));
     };
     CHECK(gradcheck(g, loss, 1e-6) < kTol);
+
+    // f32: the same values rounded, the same graph; results within f32's reach of f64's
+    Graph g32;
+    const testing::Built b32 = testing::build_case(g32, c, false, DType::f32, 11);
+    const std::vector<double> y64 = built.out.value().to_doubles(), y32 = b32.out.value().to_doubles();
+    REQUIRE(y64.size() == y32.size());
+    for (size_t i = 0; i < y64.size(); ++i) CHECK(y32[i] == doctest::Approx(y64[i]).epsilon(1e-5));
   }
+}
+
+TEST_CASE("every op of the derivatives table has a case in the op-case table") {
+  std::set<std::string> covered;
+  for (const testing::OpCase& c : testing::op_cases()) covered.insert(c.op);
+  for (const ops::OpInfo& op : ops::op_table()) {
+    CAPTURE(op.name);
+    CHECK((covered.count(op.name) || testing::checked_elsewhere(op.name)));
+  }
+}
+
+TEST_CASE("docs/ops.md holds the derivatives table as op_table() gives it") {
+  const char* root = std::getenv("TAPEGRAD_SOURCE_ROOT");
+  REQUIRE_MESSAGE(root != nullptr, "TAPEGRAD_SOURCE_ROOT is not set; run the tests with meson test");
+  std::ifstream in(std::string(root) + "/docs/ops.md");
+  REQUIRE(in.good());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string table = ops::op_table_markdown();
+  CHECK_MESSAGE(text.find(table) != std::string::npos,
+                "docs/ops.md's table is out of date; paste this in its place:\n" << table);
+}
+
+TEST_CASE("relu keeps NaN and passes its gradient, as PyTorch does") {
+  Graph g;
+  Var x = g.parameter(Tensor::from_doubles({std::nan(""), -1, 2}, Shape{3}, DType::f64));
+  Var y = ops::relu(x);
+  CHECK(std::isnan(y.value().to_doubles()[0]));
+  g.backward(ops::sum(y));
+  CHECK(x.grad().to_doubles() == std::vector<double>{1, 0, 1});
+}
+
+TEST_CASE("sigmoid, silu and gelu at known points (PyTorch's values)") {
+  Graph g;
+  Var x = g.input(Tensor::from_doubles({-30, -1, 0, 0.5, 30}, Shape{5}, DType::f64));
+  const std::vector<double> s = ops::sigmoid(x).value().to_doubles();
+  CHECK(s[0] == doctest::Approx(9.357622968839299e-14).epsilon(1e-14));  // no overflow on either side
+  CHECK(s[1] == doctest::Approx(0.2689414213699951).epsilon(1e-15));
+  CHECK(s[2] == 0.5);
+  CHECK(s[4] == doctest::Approx(0.9999999999999065).epsilon(1e-15));
+  const std::vector<double> si = ops::silu(x).value().to_doubles();
+  CHECK(si[1] == doctest::Approx(-0.2689414213699951).epsilon(1e-15));
+  CHECK(si[3] == doctest::Approx(0.3112296656009273).epsilon(1e-15));
+  const std::vector<double> ge = ops::gelu(x).value().to_doubles();  // torch.nn.functional.gelu(x, approximate='tanh')
+  CHECK(ge[1] == doctest::Approx(-0.15880800939172324).epsilon(1e-14));
+  CHECK(ge[3] == doctest::Approx(0.34571400982514394).epsilon(1e-14));
+  CHECK(ge[4] == 30.0);
 }
 
 TEST_CASE("f32 forward and backward agree with f64") {

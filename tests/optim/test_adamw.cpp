@@ -282,3 +282,31 @@ TEST_CASE("zero-block tracking and row-sparse gradients give the plain kernel's 
     CHECK_SAME_BITS(values(bias.value()), values(want_b));
   }
 }
+
+// PyTorch's semantics (torch 1.13, zero_grad(set_to_none=True)): each parameter counts its own
+// steps, so b, without a gradient at the second step, gets its second update with the second
+// step's bias corrections. Values from torch.optim.AdamW(lr=0.1, betas=(0.9, 0.95), eps=1e-8,
+// weight_decay=0.01) on loss = p^2 + b^2 (b left out of the second step).
+TEST_CASE("AdamW counts each parameter's own steps, in f64 and f32, as PyTorch does") {
+  for (const DType dtype : {DType::f64, DType::f32}) {
+    CAPTURE(dtype_name(dtype));
+    Graph g;
+    Var p = g.parameter(Tensor::from_doubles({1.0}, Shape{1}, dtype), "p");
+    Var b = g.parameter(Tensor::from_doubles({1.0}, Shape{1}, dtype), "b");
+    optim::AdamW adamw({p, b}, {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.01});
+    for (int step = 0; step < 3; ++step) {
+      g.clear();
+      g.zero_grad();
+      Var loss = ops::sum(ops::mul(p, p));
+      if (step != 1) loss = ops::add(loss, ops::sum(ops::mul(b, b)));
+      g.backward(loss);
+      adamw.step();
+    }
+    CHECK(adamw.step_count() == 3);
+    CHECK(adamw.step_count(0) == 3);
+    CHECK(adamw.step_count(1) == 2);
+    const double eps = dtype == DType::f64 ? 1e-14 : 1e-6;
+    CHECK(p.value().item() == doctest::Approx(0.6984092626515581).epsilon(eps));
+    CHECK(b.value().item() == doctest::Approx(0.7983859750498153).epsilon(eps));  // not 0.8133: its own step 2
+  }
+}

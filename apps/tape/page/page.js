@@ -60,31 +60,11 @@ const shapeStr = (s) => `(${s.join(', ')}${s.length === 1 ? ',' : ''})`;
 
 // ---- one tape: its values, its walk, its layout --------------------------------------------------
 
-// The ops' rules, as the table at the top of src/ops/ops.hpp states them (shown when known).
-const RULES = {
-  gather: ['y[i] = E[ids[i]]', 'dE[ids[i]] += dy[i]'],
-  matmul: ['y = a @ b', 'da = dy @ bᵀ,  db = aᵀ @ dy'],
-  add_row: ['y = x + b, b added to every row', 'dx = dy,  db = sum of the rows of dy'],
-  add: ['y = a + b', 'da = dy,  db = dy'],
-  sub: ['y = a − b', 'da = dy,  db = −dy'],
-  mul: ['y = a · b', 'da = dy · b,  db = dy · a'],
-  scale: ['y = s · x', 'dx = s · dy'],
-  exp: ['y = exp(x)', 'dx = dy · y'],
-  log: ['y = log(x)', 'dx = dy / x'],
-  tanh: ['y = tanh(x)', 'dx = dy · (1 − y²)'],
-  relu: ['y = max(x, 0)', 'dx = dy · [x > 0]'],
-  softmax: ['y = exp(x − max) / sum exp(x − max), per row', 'dx = y · (dy − sum_j dy·y)'],
-  cross_entropy: ['loss = mean over rows of −log softmax(z)[t]', 'dz = (softmax(z) − onehot(t)) / B · dy'],
-  sum: ['y = sum of x', 'dx = dy'],
-  mean: ['y = sum of x / n', 'dx = dy / n'],
-  transpose: ['y = xᵀ', 'dx = dyᵀ'],
-  reshape: ['y = x, reshaped', 'dx = dy, reshaped back'],
-};
-
 function prepare(source, key) {
   const d = source.dump;
   const t = {
     key, file: source.file, title: d.title, mode: d.mode, values: d.values, check: d.gradient_check,
+    rules: d.ops || {},  // the derivatives table's rows for the ops in this tape (docs/ops.md)
     visits: d.backward ? d.backward.visits : [], events: d.backward ? d.backward.events : [],
     byId: new Map(), byNode: new Map(),
   };
@@ -238,7 +218,11 @@ function graphSvg(t, step) {
     `${edges}${flows}${nodes}</svg>`;
 }
 
-const ruleLine = (op, which) => (RULES[op] ? `<p class="rule">${which === 0 ? 'forward' : 'backward rule'}: <code>${esc(RULES[op][which])}</code></p>` : '');
+// An op's rule from the dump's own table ("ops": the derivatives table's rows), when it has one.
+const ruleLine = (t, op, which) => {
+  const rule = t.rules[op];
+  return rule ? `<p class="rule">${which === 0 ? 'forward' : 'backward rule'}: <code>${esc(which === 0 ? rule.forward : rule.backward)}</code></p>` : '';
+};
 
 function forwardDetail(t, v) {
   const where = `${v.kind} ${shapeStr(v.shape)} ${v.dtype} on ${v.device}`;
@@ -253,7 +237,7 @@ function forwardDetail(t, v) {
     const x = t.byId.get(id);
     return `<div><h4>input ${k} · ${esc(nameOf(t, x))} <small>${x.kind} ${shapeStr(x.shape)}</small></h4>${tensorTable(x.value, x.rows || [])}</div>`;
   }).join('');
-  return `<h3><code>${esc(signature(t, v))}</code></h3>${ruleLine(v.op, 0)}` +
+  return `<h3><code>${esc(signature(t, v))}</code></h3>${ruleLine(t, v.op, 0)}` +
     `<div class="io">${inputs}<div><h4>output · ${esc(nameOf(t, v))} <small>${shapeStr(v.shape)}</small></h4>${tensorTable(v.value, v.rows || [])}</div></div>`;
 }
 
@@ -277,7 +261,7 @@ function gradientSoFar(t, i) {
 
 function backwardDetail(t, step) {
   const reader = t.byNode.get(t.visits[step.visit]);
-  let html = `<h3>backward of <code>${esc(signature(t, reader))}</code></h3>${ruleLine(reader.op, 1)}`;
+  let html = `<h3>backward of <code>${esc(signature(t, reader))}</code></h3>${ruleLine(t, reader.op, 1)}`;
   const incoming = `<div><h4>incoming gradient · d ${esc(nameOf(t, reader))} <small>${shapeStr(reader.shape)}</small></h4>${tensorTable(reader.grad, reader.rows || [])}</div>`;
   if (step.event < 0) return `${html}<div class="io">${incoming}</div><div class="verdict none">It sends nothing: none of its inputs needs a gradient.</div>`;
 

@@ -36,38 +36,31 @@ void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor) {
   });
 }
 
+// The functor's forward and backward over flat ranges (unary_ops.hpp): one loop for every op.
 void unary(Unary op, const Tensor& x, Tensor& y) {
-  dispatch_float(kernels::unary_name(op), x.dtype(), [&]<class T>() {
-    const Work work = op == Unary::neg || op == Unary::relu ? Work::streaming : Work::arithmetic;
-    parallel_for(x.numel(), chunk_for(x.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
-      auto X = flat<T>(x, begin, end);
-      auto Y = flat<T>(y, begin, end);
-      switch (op) {
-        case Unary::neg: xt::noalias(Y) = -X; break;
-        case Unary::exp: xt::noalias(Y) = xt::exp(X); break;  // the C library's (Note [exp and log on each device])
-        case Unary::log: xt::noalias(Y) = xt::log(X); break;
-        case Unary::tanh: xt::noalias(Y) = xt::tanh(X); break;
-        case Unary::relu: xt::noalias(Y) = xt::maximum(X, T(0)); break;
-      }
+  kernels::visit_unary(op, [&]<class F>() {
+    dispatch_float(F::name, x.dtype(), [&]<class T>() {
+      const T* X = static_cast<const T*>(x.raw_data());
+      T* Y = static_cast<T*>(y.raw_data());
+      const Work work = F::streaming ? Work::streaming : Work::arithmetic;
+      parallel_for(x.numel(), chunk_for(x.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) Y[i] = F::forward(X[i]);
+      });
     });
   });
 }
 
 void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
-  dispatch_float(kernels::unary_name(op), x.dtype(), [&]<class T>() {
-    const Work work = op == Unary::neg || op == Unary::relu ? Work::streaming : Work::arithmetic;
-    parallel_for(x.numel(), chunk_for(x.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
-      auto X = flat<T>(x, begin, end);
-      auto Y = flat<T>(y, begin, end);
-      auto dY = flat<T>(dy, begin, end);
-      auto dX = flat<T>(dx, begin, end);
-      switch (op) {
-        case Unary::neg: xt::noalias(dX) = -dY; break;
-        case Unary::exp: xt::noalias(dX) = dY * Y; break;
-        case Unary::log: xt::noalias(dX) = dY / X; break;
-        case Unary::tanh: xt::noalias(dX) = dY * (T(1) - Y * Y); break;
-        case Unary::relu: xt::noalias(dX) = xt::where(X > T(0), dY, T(0)); break;
-      }
+  kernels::visit_unary(op, [&]<class F>() {
+    dispatch_float(F::name, x.dtype(), [&]<class T>() {
+      const T* X = static_cast<const T*>(x.raw_data());
+      const T* Y = static_cast<const T*>(y.raw_data());
+      const T* dY = static_cast<const T*>(dy.raw_data());
+      T* dX = static_cast<T*>(dx.raw_data());
+      const Work work = F::streaming ? Work::streaming : Work::arithmetic;
+      parallel_for(x.numel(), chunk_for(x.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) dX[i] = F::backward(X[i], Y[i], dY[i]);
+      });
     });
   });
 }
