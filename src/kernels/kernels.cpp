@@ -139,8 +139,7 @@ void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s)
   if (first->device().is_cpu()) {
     if (s.device_step_scalars)
       throw Error("[adamw] device step scalars are for CUDA graphs; a CPU parameter takes its scalars as arguments");
-    for (const AdamWSlot& slot : slots) cpu::adamw_step(slot, s);
-    return;
+    return cpu::adamw_step_many(slots, s);
   }
 #if TAPEGRAD_WITH_CUDA
   cuda::adamw_step_many(slots, s);

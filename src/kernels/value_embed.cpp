@@ -3,6 +3,7 @@
 #include "tapegrad/kernels/value_embed_kernels.hpp"
 
 #include "tapegrad/config.hpp"
+#include "tapegrad/kernels/cpu/cpu_kernels.hpp"
 #if TAPEGRAD_WITH_CUDA
 #include "tapegrad/cuda/value_embed.hpp"
 #endif
@@ -27,7 +28,7 @@ void value_embed_gather(const Tensor& weight, const Tensor& ids, Tensor& planes)
 
 int64_t value_embed_workspace_elements(Device device, int64_t vocab) {
   if (device.is_cuda()) TG_VALUE_EMBED_CUDA(value_embed_workspace_elements(device, vocab));
-  return 0;
+  return cpu::value_embed_workspace_elements(device, vocab);
 }
 
 void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, ValueEmbedAccumulate mode,

@@ -89,16 +89,3 @@ void sparse_adamw_rows(Tensor& table, const Tensor& rows, const Tensor& grad, Te
 
 }  // namespace tapegrad::kernels
 
-namespace tapegrad::cpu {
-
-void value_embed_gather(const Tensor& weight, const Tensor& ids, Tensor& planes);
-void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, kernels::ValueEmbedAccumulate mode,
-                            kernels::ValueEmbedBuffer& buffer);
-int64_t value_embed_select_touched(const Tensor& touched, Tensor& selected);
-void value_embed_take_rows(Tensor& sum, Tensor& touched, const Tensor& selected, int64_t count, Tensor& rows,
-                           Tensor& grad);
-void sparse_sgd_rows(Tensor& table, const Tensor& rows, const Tensor& grad, float lr);
-void sparse_adamw_rows(Tensor& table, const Tensor& rows, const Tensor& grad, Tensor& m, Tensor& v,
-                       const kernels::AdamWScalars& s);
-
-}  // namespace tapegrad::cpu

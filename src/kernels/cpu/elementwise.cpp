@@ -250,4 +250,8 @@ void adamw_step(const kernels::AdamWSlot& slot, const AdamWScalars& s) {
   });
 }
 
+void adamw_step_many(const std::vector<kernels::AdamWSlot>& slots, const AdamWScalars& s) {
+  for (const kernels::AdamWSlot& slot : slots) adamw_step(slot, s);
+}
+
 }  // namespace tapegrad::cpu

@@ -13,9 +13,11 @@
 
 #include "tapegrad/tensor/half.hpp"
 #include "tapegrad/kernels/cpu/dispatch.hpp"
-#include "tapegrad/kernels/value_embed_kernels.hpp"
+#include "tapegrad/kernels/cpu/cpu_kernels.hpp"
 
 namespace tapegrad::cpu {
+
+int64_t value_embed_workspace_elements(Device, int64_t) { return 0; }  // the CPU groups nothing
 
 namespace {
 
