@@ -2,8 +2,8 @@
 // and fills are recorded from the device's stream into one graph, which replay() launches at once.
 //
 // Note [graph capture]
-// A training step issues a few dozen small kernels; launched one by one, each costs the host a few
-// microseconds and the device a gap, which for small tensors is most of the step. Recording them
+// A training step issues a few dozen small kernels; launched one by one, each costs the host a
+// launch call and the device a gap, which for small tensors is most of the step. Recording them
 // once and replaying them with cudaGraphLaunch leaves only the kernels. What that asks of a body:
 // - Host code runs once. capture() calls body() with the stream in capture mode: the tape is
 //   recorded, kernel arguments are computed and kernels are queued, but nothing runs. Whatever

@@ -98,10 +98,11 @@ __global__ void sum_all_f32_kernel(const float* x, float* out, int64_t n, float 
 // kernel launchers
 
 // Note [cuBLAS on demand]
-// cuBLAS is not linked: linked, libcublasLt's static initializers fault in about 75 ms of pages at
-// the start of every process, before main, CPU runs included (a bob invocation took 89 ms instead
-// of 15; docs/bob.md). It is loaded with dlopen, by its soname for the major version built
-// against, the first time a CUDA f32 matmul needs a handle; only the entry points below are used.
+// cuBLAS is not linked: linked, libcublasLt's static initializers fault in pages at the start of
+// every process, before main, CPU runs included, and for a short CPU run that start-up is most of
+// its time (docs/cuda.md, "Measurements behind the source comments"). It is loaded with dlopen, by
+// its soname for the major version built against, the first time a CUDA f32 matmul needs a
+// handle; only the entry points below are used.
 const CublasApi& cublas_api() {
   static const CublasApi api = [] {
     const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);

@@ -74,19 +74,21 @@ __global__ void scatter_kernel(T* dst, const I* ids, const T* rows, int64_t b, i
 }
 
 // Note [ranked scatter]
-// A scatter that walks all B ids for every column is B dependent loads long: 256 ids cost about
-// 50 us on an H200, most of a bob update. Sorting the positions by (id, position) puts each
-// destination row's contributions in a run, in the order the CPU adds them; runs are independent,
-// so a warp per (run, 32 columns) adds them in parallel and the sum is still the CPU's, bit for
-// bit. B is small here (a batch), so each block sorts the ids itself, in shared memory, with no
-// global workspace and no second launch (so the kernel can be captured in a graph):
+// A scatter that walks all B ids for every column is B dependent loads long: for a batch of a few
+// hundred ids that is most of a small training step (docs/cuda.md, "Measurements behind the
+// source comments"). Sorting the positions by (id, position) puts each destination row's
+// contributions in a run, in the order the CPU adds them; runs are independent, so a warp per
+// (run, 32 columns) adds them in parallel and the sum is still the CPU's, bit for bit. B is small
+// here (a batch), so each block sorts the ids itself, in shared memory, with no global workspace
+// and no second launch (so the kernel can be captured in a graph):
 // - the key of position i is id_i * 1024 + i in 32 bits (ids below 2^21, B <= 1024), so keys are
 //   distinct and position i's rank is #{j : key_j < key_i}: B compares a thread, four keys a
 //   shared-memory load;
 // - a run starts where the sorted ids change; the warp that takes it finds its end 32 ranks at a
 //   time (a ballot);
-// - the time is the longest run's (a common byte: 51 of bob's 256): its warp loads 64 rows (32 in
-//   f64) before adding them in order, so it waits for memory once per 64 rows, not once per row.
+// - the time is the longest run's (a common id, such as the space in a batch of text): its warp
+//   loads 64 rows (32 in f64) before adding them in order, so it waits for memory once per 64
+//   rows, not once per row.
 // Tables small enough for a warp per row take the kernel of Note [scatter by row] instead; larger
 // batches or tables take the column-serial kernel above.
 constexpr int kRankedScatterMax = 1024;                   // positions sorted in shared memory, at most
@@ -172,19 +174,19 @@ __global__ void scatter_ranked_kernel(T* dst, const I* ids, const T* rows, int b
 }
 
 // Note [scatter by row]
-// For a small table (rows * B <= 2^22: bob's 256 rows and 256 ids) one warp per (destination row,
-// 32 columns) has a shorter critical path still. Each block copies the B ids into shared memory
-// once (and block (0, 0) records a bad one); each warp then finds its row's positions in increasing
-// order, 32 ids a ballot: the hits of one ballot take their slots in the warp's buffer of 64 at
-// once (n + the hits below them), and whenever 32 are buffered the warp loads those 32 rows of the
-// gradient together and adds them in order: the CPU's sum, bit for bit. Every warp reads every id
-// (hence the limit), nothing waits on another warp, and a row with k hits waits for memory
-// ceil(k / 32) times. A row no id points at is left alone, or written as zeros into a fresh
-// gradient.
+// For a small table (rows * B <= 2^22: a byte table and a batch of a few hundred ids, say) one warp
+// per (destination row, 32 columns) has a shorter critical path still. Each block copies the B ids
+// into shared memory once (and block (0, 0) records a bad one); each warp then finds its row's
+// positions in increasing order, 32 ids a ballot: the hits of one ballot take their slots in the
+// warp's buffer of 64 at once (n + the hits below them), and whenever 32 are buffered the warp
+// loads those 32 rows of the gradient together and adds them in order: the CPU's sum, bit for
+// bit. Every warp reads every id (hence the limit), nothing waits on another warp, and a row with
+// k hits waits for memory ceil(k / 32) times. A row no id points at is left alone, or written as
+// zeros into a fresh gradient.
 //
 // Keep this kernel small. An earlier version held the ids in registers and unrolled the walk over
-// them: 385 KB of machine code, and the H200 spent 9.7 us of bob's update fetching instructions
-// (a text-like batch; this one takes 3.4 us, measured in a graph of 100 launches).
+// them: hundreds of KB of machine code, and the kernel spent most of its time fetching instructions,
+// not loading or adding (docs/cuda.md, "Measurements behind the source comments", has the timings).
 constexpr int kByRowMaxB = 1024;                     // ids a block holds in shared memory
 constexpr int64_t kByRowMaxWork = int64_t{1} << 22;  // rows * B, at most
 constexpr int kByRowWarps = 8;                       // warps (rows) a block
@@ -262,7 +264,8 @@ __device__ inline bool softmax_row_f64(const double* x, double* y, int64_t m) {
 // Rows of up to kWarp * Cache values are read once into registers (one trip to memory instead of
 // three); longer rows are read again at each pass. Both give the same bits. Cache is the smallest
 // of 8 and 16 that holds the row: unrolled for 16, a 256-wide row runs twice the instructions it
-// needs (bob's cross-entropy took 6.05 us in a graph with 16, 5.29 us with 8, on an H200).
+// needs, and in a kernel this short the extra instructions show in its time (docs/cuda.md,
+// "Measurements behind the source comments").
 template <int Cache>
 __device__ inline void softmax_row_f32(const float* x, float* y, int64_t m, float* top_out, double* total_out) {
   const int lane = threadIdx.x % kWarp;

@@ -30,8 +30,8 @@ namespace tapegrad {
 // these correctly rounded ones instead: they equal glibc wherever glibc rounds correctly, which
 // measured against a 113-bit reference is all but about 1 call in 1,300 (exp) and 1 in 2,800
 // (log). Where glibc is one ulp off, CPU and CUDA f64 results can differ by that ulp; on the
-// H200 every tiny_step trace we compare (the shipped one, --overwrite-bug, 25 configs) was
-// identical on both devices (scripts/gpu_check.sh). Choosing correctly rounded functions on the
+// GPU every tiny_step trace we compare (the shipped one, --overwrite-bug, 25 configs) was
+// identical on both devices (scripts/gpu_check.sh checks it on every GPU run). Choosing correctly rounded functions on the
 // CPU too would make the devices agree always but let the CPU drift from the reference wherever
 // glibc misrounds; the reference is the contract, so the CPU keeps glibc.
 //

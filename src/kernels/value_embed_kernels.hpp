@@ -34,9 +34,8 @@ struct ValueEmbedBuffer {
   Tensor sum;        // (P*V, D) f16 (or f32): the table's gradient summed over the cycle's steps
   Tensor touched;    // (V,) i32: 1 at each token id a backward added since the last pull, else 0
   Tensor workspace;  // (W,) i32 on CUDA, undefined on the CPU: the atomic backward's scratch for
-                     // grouping the ids (Note [combining duplicate ids]), 8 (V + 3 * 2^15) bytes,
-                     // 1.1 MiB at V = 50304. Without one, CUDA's atomic backward adds each
-                     // contribution on its own.
+                     // grouping the ids (Note [combining duplicate ids]), 8 (V + 3 * 2^15) bytes.
+                     // Without one, CUDA's atomic backward adds each contribution on its own.
 
   // An all-zero buffer for a (P*V, D) table, on the table's device, with its workspace. dtype f16
   // (the seed's) or f32.

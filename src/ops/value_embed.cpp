@@ -39,10 +39,10 @@
 // An f16 buffer saturates past 65504 (inf); take the f32 buffer where row sums can grow that large.
 //
 // Note [combining duplicate ids]
-// CUDA's atomic backward, one 16-byte reduction per pack of every contribution (P*T*D/8 of them,
-// 18.9 M at the seed's sizes), was bound by the L2's rate of reductions, not by bytes. Real token
-// streams repeat ids (Zipf-like: T=49152 holds about 12.6 K distinct ids), so adding each id's
-// contributions once needs a quarter of the reductions, and moves each touched buffer row once. From
+// CUDA's atomic backward, one 16-byte reduction per pack of every contribution (P*T*D/8 of them),
+// was bound by the L2's rate of reductions, not by bytes. Real token streams repeat ids (Zipf-like:
+// a long stream holds far fewer distinct ids than positions), so adding each id's contributions
+// once needs far fewer reductions, and moves each touched buffer row once. From
 // ValueEmbedTuning::combine_min_reductions up (below, grouping costs more than it saves), per batch
 // of at most kValueEmbedGroupBatch positions, in the buffer's workspace (made once by
 // ValueEmbedBuffer::zeros, so the backward allocates nothing and stays capturable):
@@ -51,8 +51,9 @@
 // 2. start: each id's rank-0 position reserves count[id] places (one atomic per warp on a running
 //    total), so each id's group is a contiguous range; the groups land in no fixed order.
 // 3. scatter: (id, position) to start[id] + rank; count and the total are left at zero for the next
-//    call. Three small launches instead of cub's radix sort (measured at 38 us for T=49152 and 35
-//    for T=8192, so mostly its launches, we think; the three take 16 and 11), and no order beyond
+//    call. Three small launches instead of cub's radix sort, which took longer at every size timed
+//    and nearly as long for short id sequences as for long ones (so mostly its launches, we think;
+//    docs/value_embed.md, "Measurements behind the source comments"), and no order beyond
 //    grouping, which the atomics do not need.
 // 4. run kernel: the grouped positions are cut into chunks of 32; one warp (a smaller lane group
 //    when D is small) per (chunk, plane, slice of 32 packs) walks its chunk with 8 loads of 16 bytes

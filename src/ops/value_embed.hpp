@@ -1,7 +1,7 @@
 // The value-embedding path: a gather of P planes from one table whose backward adds the planes'
 // gradient into a persistent buffer, and the "pull" that hands that buffer's touched rows to a
 // sparse optimizer (src/optim/sparse.hpp). The idea is the seed's (shared/seeds/value_embed_op.py);
-// docs/value_embed.md has the design, the arithmetic and the H200 numbers.
+// docs/value_embed.md has the design, the arithmetic and the measurements.
 //
 // Rules:
 // - The table never gets a dense gradient. The node's backward consumes the planes' gradient and
@@ -11,9 +11,10 @@
 // - The lookup and its backward never synchronize with the device; in the atomic mode they allocate
 //   nothing either (CUDA groups the ids in the buffer's workspace, made once), so a step that uses
 //   them can be captured in a CUDA graph (the deterministic mode takes O(T) workspace from the
-//   caching allocator, which serves a capture from the graph's own pool: it replays too). On CUDA an out-of-range id is therefore skipped and reported at the next
-//   synchronization (tapegrad::synchronize(device), a copy to the host, every pull), as
-//   tapegrad::Error naming the op, the id and its position; on the CPU it throws at once.
+//   caching allocator, which serves a capture from the graph's own pool: it replays too). On CUDA
+//   an out-of-range id is therefore skipped and reported at the next synchronization
+//   (tapegrad::synchronize(device), a copy to the host, every pull), as tapegrad::Error naming the
+//   op, the id and its position; on the CPU it throws at once.
 #pragma once
 
 #include <cstdint>

@@ -64,7 +64,8 @@ class AdamW {
   // Writes the step scalars of updates t+1 .. t+n into slots 0 .. n-1 of a table on the
   // parameters' device, made by the first call with n slots and never moved (a captured graph holds
   // its address). Call it before capturing, and before each replay. Throws if n exceeds the table.
-  // A captured body updates every parameter at every step, so all must share one count, t.
+  // A captured update gives every parameter with a gradient these scalars (their own counts do not
+  // apply, and do not move: set them after the replay with set_step_count).
   void write_schedule(uint64_t t, size_t n);
   // The update of every parameter with a gradient, its step scalars read from slot k of that table
   // when the kernel runs: what a captured body calls. It does not move the step count; the caller

@@ -11,14 +11,14 @@
 // runs its share, then takes what is left of the others too. Hence:
 // - with every worker awake, chunk c runs on thread c % S in every loop of the same shape, so a
 //   tensor's parts stay in the cache of the core that last touched them from one kernel to the
-//   next (parallel.hpp: chunk_for). On the 2-core machine bob is measured on, moving 256 KiB
-//   between the cores' caches costs about as much as streaming it once: handing chunks to
-//   whichever thread came first made AdamW 50% slower than one thread, and even with this
-//   schedule bob's streaming kernels lost time split over two threads (the gather 7.5 -> 9 to
-//   13 us, its backward 5 -> 14 us: the backward reads batch rows and writes table rows, so some
-//   kernel always finds half its data in the other core), while its arithmetic loops gained
-//   (AdamW 20 -> 12 us, the softmax of its distinct rows 14 -> 9 us). Hence parallel.hpp's two
-//   thresholds: streaming loops split from 1 MiB, arithmetic ones from 64 KiB;
+//   next (parallel.hpp: chunk_for). Moving a tensor of a few hundred KiB between two cores'
+//   caches can cost about as much as streaming it once: handing chunks to whichever thread came
+//   first made even an arithmetic loop slower than one thread, and with this schedule a streaming
+//   kernel split over two threads can still lose time (a gather's backward reads batch rows and
+//   writes table rows, so whatever split one kernel uses, the next finds half its data in the
+//   other core), while loops with real arithmetic per element gain. Hence parallel.hpp's two
+//   thresholds: streaming loops split from 1 MiB, arithmetic ones from 64 KiB (the measurements:
+//   docs/bob.md, "Measurements behind the thread thresholds");
 // - dealing the chunks round-robin spreads uneven work (AdamW on a table whose used rows
 //   cluster), and taking what is left of other shares evens out the rest;
 // - a loop never waits for a worker that is asleep, descheduled or slow by more than the one

@@ -69,8 +69,8 @@ void note_host_fallback(const char*) { g_host_fallbacks.fetch_add(1); }
 
 // ---- host blocks: a per-thread cache of power-of-two blocks up to 64 KiB, so a training loop's
 // small tensors reuse memory instead of going through malloc and free every op; and a cache of
-// larger blocks by exact size (up to 16 MiB in all), so its large tensors (bob's [256, 256]
-// tables) reuse theirs instead of being mapped and page-faulted in afresh every step.
+// larger blocks by exact size (up to 16 MiB in all), so its large tensors, which come back at the
+// same sizes every step, reuse theirs instead of being mapped and page-faulted in afresh every step.
 
 namespace {
 

@@ -2,11 +2,11 @@
 // kernel can compute each distinct row once and copy it for the repeats.
 //
 // Note [repeated rows]
-// A batch gathered from a table repeats the table's rows: bob's 256 examples use about 26
-// distinct bytes, so 90% of its logits rows are copies. cross_entropy computes the softmax and
-// logsumexp of each distinct row once. It goes in three steps, the first and the last split over
-// the intra-op threads by rows: (1) hash each row (a few sampled words); (2) on one thread, give
-// each row a candidate, the first row with the same hash (itself when it is the first); (3) a
+// A batch gathered from a table repeats the table's rows (a byte-level text batch: most of its
+// rows are copies of a few dozen), so cross_entropy computes the softmax and logsumexp of each
+// distinct row once. It goes in three steps, the first and the last split over the intra-op
+// threads by rows: (1) hash each row (a few sampled words); (2) on one thread, give each row a
+// candidate, the first row with the same hash (itself when it is the first); (3) a
 // row whose candidate is another row is a repeat only when all their bytes are equal (memcmp);
 // otherwise (two rows that differ outside the sampled words) it is computed like a first row. A
 // row kernel is a function of its row's bits, so a copied row holds exactly the bits a fresh

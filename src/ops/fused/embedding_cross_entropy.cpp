@@ -119,9 +119,11 @@ void backward(BackwardContext& ctx) {
     dlogits = Tensor::empty(Shape{b, c}, probs.dtype(), probs.device());
     kernels::cross_entropy_backward_of_rows(probs, row_of, targets, dloss, divisor, dlogits, 0);
   } else {
-    dlogits = ctx.take_saved(0);  // over the probabilities when nothing reads them after this pass
-    if (!dlogits.defined()) dlogits = like(probs);
-    kernels::cross_entropy_backward(probs, targets, dloss, divisor, dlogits);
+    // over the probabilities when nothing reads them after this pass (taking them empties saved(0))
+    dlogits = ctx.take_saved(0);
+    const Tensor p = dlogits.defined() ? dlogits : ctx.saved(0);
+    if (!dlogits.defined()) dlogits = like(p);
+    kernels::cross_entropy_backward(p, targets, dloss, divisor, dlogits);
   }
   ctx.accumulate_rows(0, ids, dlogits);  // the rows of repeated ids meet in the engine
 }
