@@ -2,9 +2,9 @@
 //
 //   ./build/bench/bench_tiny --benchmark_repetitions=10 --benchmark_report_aggregates_only=true
 //
-// BM_TinyStep: forward + backward + SGD of seeds/tiny_step.py's model (B=3, V=4, d=2), f64, with
-// the tape cleared each step as a training loop does. BM_RecordOp: one small op (mul of two
-// 4-element tensors) recorded on the tape, and the same op under NoGrad for comparison.
+// BM_TinyStep: forward + backward + SGD of the tiny step's model (docs/tiny_step.md; B=3, V=4,
+// d=2), f64, with the tape cleared each step as a training loop does. BM_RecordOp: one small op
+// (mul of two 4-element tensors) recorded on the tape, and the same op under NoGrad for comparison.
 // tiny_memory (tiny_memory.cpp) reports peak RSS after N steps.
 #include <benchmark/benchmark.h>
 

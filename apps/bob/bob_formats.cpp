@@ -1,7 +1,7 @@
 // bob's input record, predictions and checkpoint identity (see bob_formats.hpp).
 //
-// Rule: the tables in the contract are followed byte for byte; decode_record checks the fields in
-// file order and refuses at the first one that breaks the table.
+// Rule: the tables in the contract (docs/bob.md, "The contract") are followed byte for byte;
+// decode_record checks the fields in file order and refuses at the first one that breaks the table.
 #include "bob_formats.hpp"
 
 #include <charconv>

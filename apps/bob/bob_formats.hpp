@@ -1,5 +1,6 @@
-// bob's file formats (the contract: spec/bob.md): the 1,564-byte input record, the 24-byte
-// predictions, and bob's checkpoint identity for the general envelope (envelope.hpp).
+// bob's file formats (the contract: docs/bob.md, "Input record", "Prediction" and "Checkpoint
+// envelope"): the 1,564-byte input record, the 24-byte predictions, and bob's checkpoint identity
+// for the general envelope (envelope.hpp).
 //
 // Rule: every integer is little-endian; a record that breaks the table is refused with
 // tapegrad::RefusedFile("input record <path> refused: ...") naming the field and its offset.

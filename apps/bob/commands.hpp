@@ -1,5 +1,6 @@
-// bob's subcommands (spec/bob.md; docs/bob.md shows them in use). main.cpp parses the command
-// line into these options and maps what they throw to exit codes.
+// bob's subcommands (docs/bob.md: "Use" shows them at work, "The contract" fixes what they must
+// do, "Exit codes" included). main.cpp parses the command line into these options and maps what
+// they throw to exit codes.
 //
 // Rule: a command that cannot do what it was asked throws tapegrad::Error (RefusedFile for a
 // refused record or checkpoint, DeviceError for a device that cannot run) before it changes any

@@ -1,4 +1,4 @@
-// bob: a resumable byte-level next-byte trainer (spec/bob.md), built on tapegrad's graph.
+// bob: a resumable byte-level next-byte trainer (docs/bob.md), built on tapegrad's graph.
 //
 //   bob                                          the main job on the built-in corpus
 //   bob fixture [--corpus FILE] [--offset N] [--prompt TEXT]... --out REC
@@ -7,8 +7,8 @@
 //   bob inspect CKPT
 //   bob verify-resume --input REC [--invocations N] [--device cpu|cuda[:N]] [--no-graph]
 //
-// Exit codes: 0 done; 2 bad input, a refused file or a device that cannot run it (nothing is
-// written); 1 an internal failure, or verify-resume found a difference.
+// Exit codes (docs/bob.md, "Exit codes"): 0 done; 2 bad input, a refused file or a device that
+// cannot run it (nothing is written); 1 an internal failure, or verify-resume found a difference.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -17,7 +17,7 @@
 #include "tapegrad/tensor/error.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"bob: a resumable byte-level next-byte trainer (spec/bob.md), built on tapegrad's graph.\n"
+  CLI::App app{"bob: a resumable byte-level next-byte trainer (docs/bob.md), built on tapegrad's graph.\n"
                "Without a subcommand: the main job on the built-in corpus (a fresh invocation and two resumes)."};
   app.require_subcommand(0, 1);
 

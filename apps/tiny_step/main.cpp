@@ -1,9 +1,10 @@
-// tiny_step: one training step of the tiny next-token model of seeds/tiny_step.py, on the graph.
+// tiny_step: one training step of the tiny next-token model of the Python reference
+// (docs/tiny_step.md), on the graph.
 //
 //   tiny_step                      print the trace (byte-identical to the Python reference)
 //   tiny_step --write PATH         write it (atomically)
 //   tiny_step --check PATH         exit 1, naming the first differing line, if PATH is out of date
-//   tiny_step --config FILE.json   the reference's constants (see docs/tiny_step.md)
+//   tiny_step --config FILE.json   the reference's constants (docs/tiny_step.md, "Other constants")
 //   tiny_step --overwrite-bug      run the step in the engine's overwrite-bug mode
 //   tiny_step --dump-tape FILE     also write the step's tape dump (docs/tape-format.md); the
 //                                  trace is printed (or written, or checked) as without it

@@ -1,8 +1,10 @@
-// The tiny step: the model, its config, and the trace of seeds/tiny_step.py, built on the graph.
+// The tiny step: the model, its config, and the trace of the Python reference (docs/tiny_step.md),
+// built on the graph.
 //
-// Parity with the reference is a property of the arithmetic order (docs/design.md): every f64
-// kernel this model uses computes what the Python code computes, in the same order, with
-// correctly rounded sums where the reference calls math.fsum.
+// Parity with the reference is a property of the arithmetic order (docs/design.md; the reference's
+// own order is docs/tiny_step.md, "Arithmetic"): every f64 kernel this model uses computes what the
+// Python code computes, in the same order, with correctly rounded sums where the reference calls
+// math.fsum.
 #include "tiny_model.hpp"
 
 #include <chrono>

@@ -1,5 +1,6 @@
-// The tiny next-token model of seeds/tiny_step.py, assembled from the graph: embedding gather,
-// matmul, bias row, cross-entropy. No gradient code of its own: the engine computes them all.
+// The tiny next-token model of the Python reference (docs/tiny_step.md, "Model"), assembled from
+// the graph: embedding gather, matmul, bias row, cross-entropy. No gradient code of its own: the
+// engine computes them all.
 #pragma once
 
 #include <string>
@@ -51,7 +52,8 @@ struct TraceOptions {
   std::string dump_tape;            // when set, write the step's tape dump here (docs/tape-format.md)
 };
 
-// The reference's trace() as JSON: byte-identical to json.dumps(trace(), indent=2).
+// The reference's trace() as JSON (docs/tiny_step.md, "The trace"): byte-identical to
+// json.dumps(trace(), indent=2).
 json::Value trace(const Config& c, Device device, const TraceOptions& options);
 
 }  // namespace tiny

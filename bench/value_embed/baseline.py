@@ -2,8 +2,8 @@
 
 - dense: PyTorch's autograd of the plain gather, `weight.view(P, V, D)[:, ids]`, whose backward makes a
   dense (P*V, D) gradient and adds it into weight.grad (kept between steps, as in training);
-- seed: the seed's Triton op, value_embed_op.py beside this file (a copy of shared/seeds/value_embed_op.py,
-  unchanged): PyTorch's indexing forward, the fp16 scatter-add backward.
+- seed: the seed's Triton op, value_embed_op.py beside this file (the seed's file, kept unchanged;
+  docs/value_embed.md, "The seed's op"): PyTorch's indexing forward, the fp16 scatter-add backward.
 
 Both time the ids that `value_embed --bench --bench-out DIR` wrote, the way it times: CUDA events, the
 median of 50 runs, the L2 flushed (a 512 MiB memset) before each. Then the seed's buffer and ours are

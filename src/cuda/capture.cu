@@ -1,4 +1,4 @@
-// CUDA graphs: tapegrad::capture() on a CUDA device (graph/backend.hpp). A body's kernels, copies
+// CUDA graphs: tapegrad::capture() on a CUDA device (tensor/backend.hpp). A body's kernels, copies
 // and fills are recorded from the device's stream into one graph, which replay() launches at once.
 //
 // Note [graph capture]

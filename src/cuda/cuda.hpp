@@ -1,6 +1,6 @@
 // The CUDA backend's own switches and counters (plain C++; exists only in builds with CUDA, where
 // config.hpp sets TAPEGRAD_WITH_CUDA). Device-neutral code uses tapegrad::synchronize(device)
-// from graph/backend.hpp instead, which reaches check_kernel_errors() on a CUDA device.
+// from tensor/backend.hpp instead, which reaches check_kernel_errors() on a CUDA device.
 //
 //   tapegrad::cuda::device_count()            0 when no device is usable (never throws)
 //   tapegrad::cuda::allocator_stats(0)        the caching allocator of cuda:0

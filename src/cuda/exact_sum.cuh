@@ -1,5 +1,5 @@
 // ExactSum: the correctly rounded sum of doubles (= math.fsum) as a streaming accumulator for
-// device code, one per thread. A port of src/ops/cpu/exact_sum.hpp, whose Note [fsum partials]
+// device code, one per thread. A port of src/kernels/cpu/exact_sum.hpp, whose Note [fsum partials]
 // explains the algorithm; __host__ __device__, so tests/cuda checks it against the CPU version
 // on the host, and the two give the same bits for the same terms in any order.
 //

@@ -1,7 +1,7 @@
-// CUDA optimizer updates, in place: SGD and the AdamW of spec/bob.md (one launch for up to 16
-// parameters).
+// CUDA optimizer updates, in place: SGD and the AdamW of docs/bob.md, "Learner" (one launch for up
+// to 16 parameters).
 //
-// Rule: per element, the CPU kernel's arithmetic in its order (src/ops/cpu/elementwise.cpp),
+// Rule: per element, the CPU kernel's arithmetic in its order (src/kernels/cpu/elementwise.cpp),
 // rounded after every operation (--fmad=false), with the scalars the CPU derives computed the
 // same way on the host; so parameters and moments equal the CPU's bit for bit.
 #include "tapegrad/cuda/common.cuh"
@@ -33,7 +33,7 @@ struct AdamWGroup {
 };
 
 // For each parameter of the group, w, m, v (n,) updated from g (n,), fp32, left to right as
-// spec/bob.md writes it:
+// docs/bob.md ("Learner") writes it:
 //   w = w * (1 - lr*wd);  m = b1*m + (1 - b1)*g;  v = b2*v + (1 - b2)*g*g
 //   w = w - step_size * (m / (sqrt(v) / bc2_sqrt + eps))
 // step_scalars, when not null, holds (step_size, bc2_sqrt) in device memory (a captured graph's update).

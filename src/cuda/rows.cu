@@ -1,5 +1,5 @@
 // CUDA row kernels: gather and its scatter backward, softmax and its backward, cross-entropy and
-// its backward. The CPU versions (src/ops/cpu/rows.cpp) are the reference; Note [cross-entropy
+// its backward. The CPU versions (src/kernels/cpu/rows.cpp) are the reference; Note [cross-entropy
 // arithmetic] there says why f64 and f32 compute the loss differently.
 //
 // Rules:

@@ -1,6 +1,6 @@
 // CUDA kernels of the value-embed family: the P-plane gather, its backward into the persistent
 // buffer (atomic and deterministic), the pull's select and take, and the sparse SGD/AdamW row
-// updates. The CPU versions (src/ops/cpu/value_embed.cpp) are the reference; Note [value-embed
+// updates. The CPU versions (src/kernels/cpu/value_embed.cpp) are the reference; Note [value-embed
 // arithmetic] in src/ops/value_embed.cpp is the arithmetic both follow.
 //
 // Rules:

@@ -191,7 +191,8 @@ Var Graph::record(const char* op, Tensor out, std::initializer_list<Var> inputs,
       n.inputs[n.n_inputs++] = in.id_;
     }
     n.versions[3] = values_[static_cast<size_t>(id)].data.version();
-    n.saved = std::move(saved);
+    for (size_t k = 0; k < saved.size(); ++k)
+      if (saved[k].defined()) n.saved[k] = std::move(saved[k]);
     n.scalar = scalar;
   }
   return result;

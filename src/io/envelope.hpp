@@ -1,4 +1,4 @@
-// The checkpoint envelope, format 1 (the contract: spec/bob.md, "Checkpoint envelope"): a
+// The checkpoint envelope, format 1 (the contract: docs/bob.md, "Checkpoint envelope"): a
 // general container for fixed-size fp32 planes plus the step count, tagged with the identities of
 // the program that wrote it. bob is one use (see bob_formats.hpp); any trainer can be another.
 //

@@ -1,5 +1,5 @@
 // Kernel facades: one function per kernel family, dispatching on the inputs' device to cpu:: or
-// cuda:: (src/ops/cpu/cpu_kernels.hpp, src/cuda/cuda_kernels.hpp; the same signatures on both).
+// cuda:: (src/kernels/cpu/cpu_kernels.hpp, src/cuda/cuda_kernels.hpp; the same signatures on both).
 //
 // Rules: a kernel writes into outputs its caller allocated (same device as the inputs); inputs on
 // different devices are an error naming the op and both devices; a device without a kernel for a
@@ -7,7 +7,7 @@
 // these facades, never a device directly, so a rule written once runs everywhere.
 //
 // Arithmetic order: f64 reductions are correctly rounded (like Python's math.fsum) on every
-// device, and so are f64 exp and log (src/ops/cr_math.hpp), so the tiny step matches its Python
+// device, and so are f64 exp and log (src/kernels/cr_math.hpp), so the tiny step matches its Python
 // reference and CPU and CUDA agree bit for bit.
 // f32 reductions run in a fixed order (deterministic, not necessarily equal across devices).
 #pragma once

@@ -1,5 +1,5 @@
 // The value-embed kernel family: facades (tapegrad::kernels) that dispatch on the tensors' device to
-// cpu:: (src/ops/cpu/value_embed.cpp) or cuda:: (src/cuda/value_embed.hpp), same signatures on both.
+// cpu:: (src/kernels/cpu/value_embed.cpp) or cuda:: (src/cuda/value_embed.hpp), same signatures on both.
 //
 // Rules: as in kernels.hpp, a kernel writes into tensors its caller allocated, and the front-end
 // (value_embed.cpp, optim/sparse.cpp) has checked shapes and dtypes. Row offsets are 64-bit

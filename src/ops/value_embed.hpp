@@ -1,7 +1,8 @@
 // The value-embedding path: a gather of P planes from one table whose backward adds the planes'
 // gradient into a persistent buffer, and the "pull" that hands that buffer's touched rows to a
-// sparse optimizer (src/optim/sparse.hpp). The idea is the seed's (shared/seeds/value_embed_op.py);
-// docs/value_embed.md has the design, the arithmetic and the measurements.
+// sparse optimizer (src/optim/sparse.hpp). The idea is the seed's, bench/value_embed/value_embed_op.py
+// (docs/value_embed.md, "The seed's op"); docs/value_embed.md has the design, the arithmetic and
+// the measurements.
 //
 // Rules:
 // - The table never gets a dense gradient. The node's backward consumes the planes' gradient and

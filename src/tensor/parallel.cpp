@@ -282,11 +282,17 @@ namespace detail {
 
 void parallel_for(int64_t n, int64_t chunk, RangeFn fn, void* body) {
   Pool& p = pool();
-  const int threads = num_threads();
-  if (threads == 1 || t_in_loop) return fn(body, 0, n);
+  if (num_threads() == 1 || t_in_loop) return fn(body, 0, n);
   std::unique_lock lock(p.owner, std::try_to_lock);
   if (!lock || p.shut_down) return fn(body, 0, n);
-  if (p.workers.empty()) start_workers(p, threads - 1);
+  // The count is read again under the lock: set_num_threads on another thread may have changed it
+  // since, and the workers and their claim words must be the ones this loop deals out to.
+  const int threads = num_threads();
+  if (threads == 1) return fn(body, 0, n);
+  if (static_cast<int>(p.workers.size()) != threads - 1) {
+    stop_workers(p);
+    start_workers(p, threads - 1);
+  }
 
   int64_t chunks = (n + chunk - 1) / chunk;
   const int64_t shares = chunks < threads ? chunks : threads;

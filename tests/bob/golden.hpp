@@ -1,5 +1,6 @@
 // Reading tests/fixtures/bob/adamw_golden.txt (written by tests/fixtures/gen_bob_adamw.py from
-// spec/bob.md alone): "key value ..." lines whose floats are the 8 hex digits of their bits.
+// docs/bob.md's contract alone): "key value ..." lines whose floats are the 8 hex digits of their
+// bits.
 #pragma once
 
 #include <doctest/doctest.h>

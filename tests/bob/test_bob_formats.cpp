@@ -1,4 +1,4 @@
-// Tests for bob's input record and predictions (src/io/bob_formats.*).
+// Tests for bob's input record and predictions (apps/bob/bob_formats.*).
 //
 // Rule: encodings are checked against golden bytes from tests/fixtures/gen_bob_golden.py (written
 // from the contract, not from this code); every refusal is asserted by its full message.

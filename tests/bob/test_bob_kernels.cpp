@@ -1,9 +1,9 @@
 // The CPU kernels bob's update runs take fast paths (Note [repeated rows], Note [softmax max],
-// src/ops/cpu/avx512.hpp); these tests check, bit for bit, that every path gives what the
+// src/kernels/cpu/avx512.hpp); these tests check, bit for bit, that every path gives what the
 // kernel's reference arithmetic gives, on rows built to reach each one.
 //
 // Rule: the expected values are the documented f32 arithmetic written out here, one element at a
-// time (Note [cross-entropy arithmetic] in src/ops/cpu/rows.cpp): p = exp(x - max) / total with
+// time (Note [cross-entropy arithmetic] in src/kernels/cpu/rows.cpp): p = exp(x - max) / total with
 // the exponentials summed left to right in double, dlogits = ((p - onehot) / divisor) * g, and
 // the gather backward's rows added in index order.
 #include <doctest/doctest.h>

@@ -1,10 +1,11 @@
 // Tests for bob's model (apps/bob/bob_model.*): the initial table against the Python values, the
-// gradient the engine computes against the spec's formula, the overwrite-bug mode, in-process
-// resume, predictions, and the checkpoint comparison verify-resume reports.
+// gradient the engine computes against the contract's formula (docs/bob.md, "Model and objective"),
+// the overwrite-bug mode, in-process resume, predictions, and the checkpoint comparison
+// verify-resume reports.
 //
 // Rule: values that the contract fixes are checked bit for bit against
 // tests/fixtures/gen_bob_adamw.py; the gradient, whose softmax rounding the contract leaves to
-// the implementation, is checked against a double-precision evaluation of the spec's formula.
+// the implementation, is checked against a double-precision evaluation of the contract's formula.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -35,7 +36,7 @@ std::string checkpoint_bytes(const bob::Model& model) {
   return io::encode(io::bob_checkpoint_identity(), state.step, state.planes);
 }
 
-// The spec's gradient in double precision: dW[b] = (1/B) sum over i with x_i = b of
+// The contract's gradient in double precision: dW[b] = (1/B) sum over i with x_i = b of
 // (softmax(W[b]) - onehot(y_i)); with only_last, each row gets only its last example's term.
 std::vector<double> spec_gradient(const std::vector<float>& w, const io::BobRecord& r, bool only_last) {
   std::vector<double> grad(w.size(), 0.0);

@@ -89,7 +89,7 @@ void check_bits(const Tensor& cpu, const Tensor& gpu, const std::string& what) {
 
 // f64 cells at most max_ulps apart. For results that go through exp or log: the CPU calls glibc's,
 // CUDA the correctly rounded cr_exp/cr_log, which differ where glibc misrounds by one ulp
-// (Note [exp and log on each device] in src/ops/cr_math.hpp).
+// (Note [exp and log on each device] in src/kernels/cr_math.hpp).
 void check_ulps(const Tensor& cpu, const Tensor& gpu, int64_t max_ulps, const std::string& what) {
   INFO(what);
   const std::vector<double> a = cpu.to_doubles(), b = gpu.to_doubles();
@@ -403,7 +403,7 @@ TEST_CASE("[gpu] optimizer updates") {
   }
   std::vector<Tensor> args{random(Shape{4, 64}, DType::f32), random(Shape{4, 64}, DType::f32),
                            Tensor::zeros(Shape{4, 64}, DType::f32), Tensor::zeros(Shape{4, 64}, DType::f32)};
-  for (int step = 1; step <= 5; ++step) {  // spec/bob.md's hyperparameters; fresh gradients each step
+  for (int step = 1; step <= 5; ++step) {  // docs/bob.md's hyperparameters ("Learner"); fresh gradients each step
     const double bc1 = 1.0 - std::pow(0.9f, step), bc2 = 1.0 - std::pow(0.95f, step);
     const kernels::AdamWScalars s{0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, static_cast<float>(0.1f / bc1),
                                   static_cast<float>(std::sqrt(bc2))};

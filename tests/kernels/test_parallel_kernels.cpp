@@ -1,5 +1,5 @@
 // Every CPU kernel that splits its loop over the intra-op threads gives the same bits with 1, 2, 3
-// and 4 threads (src/graph/parallel.hpp's rule), on inputs large enough to take the split: f32 and
+// and 4 threads (src/tensor/parallel.hpp's rule), on inputs large enough to take the split: f32 and
 // f64, repeated rows and ids, zero and nonzero AdamW rows, tails that are not whole vectors.
 #include <doctest/doctest.h>
 

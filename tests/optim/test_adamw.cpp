@@ -1,8 +1,9 @@
 // Tests for AdamW (src/optim/adamw.*) and its CPU kernel.
 //
 // Rule: updates are checked bit for bit against tests/fixtures/gen_bob_adamw.py, which emulates
-// spec/bob.md's fp32 arithmetic in Python from the contract alone; the kernel's vector path is
-// checked against the reference loop written out here; refusals by their full message.
+// the fp32 arithmetic of docs/bob.md, "Learner", in Python from the contract alone; the kernel's
+// vector path is checked against the reference loop written out here; refusals by their full
+// message.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -210,7 +211,7 @@ TEST_CASE("the CPU kernel gives the reference loop's bits on every kind of eleme
   optim::AdamW adamw({graph.parameter(Tensor::zeros(Shape{1}, DType::f32))}, c);
   for (uint64_t t : {1, 7}) {
     const kernels::AdamWScalars s = adamw.scalars(t);
-    // The reference: spec/bob.md's per-element fp32 arithmetic, in its order.
+    // The reference: the per-element fp32 arithmetic of docs/bob.md, "Learner", in its order.
     std::vector<float> want_w = w, want_m = m, want_v = v;
     const float decay = 1.0f - s.lr * s.weight_decay;
     for (int64_t i = 0; i < n; ++i) {

@@ -1,4 +1,4 @@
-// The intra-op thread pool (src/graph/parallel.hpp): every range runs once, small loops and nested
+// The intra-op thread pool (src/tensor/parallel.hpp): every range runs once, small loops and nested
 // loops stay on the caller, exceptions come back to the caller, loops from several threads at once,
 // the thread count's API and its environment variable with their error messages.
 #include <doctest/doctest.h>
@@ -165,4 +165,43 @@ TEST_CASE("TAPEGRAD_NUM_THREADS sets the default; a bad value names the variable
     CHECK(message.find(std::string("[threads] TAPEGRAD_NUM_THREADS must be a whole number from 1 to 1024, got \"") +
                        bad + "\"; unset it to use every core") == 0);
   }
+}
+
+// The race a ThreadSanitizer run found: a loop read the thread count before taking the pool, so a
+// set_num_threads on another thread in between made it deal chunks to claim words that did not
+// exist (a heap overflow under AddressSanitizer). Loops on two threads, a third changing the
+// count under them, bodies that throw: every range still runs exactly once, and errors come back.
+TEST_CASE("stress: concurrent loops, set_num_threads racing them, bodies that throw") {
+  ThreadCount restore(num_threads());
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> wrong{0}, loops{0}, thrown{0};
+  auto caller = [&](int seed) {
+    for (int round = 0; round < 300; ++round) {
+      const int64_t n = 5000 + (round * 37 + seed) % 20000;
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      const bool throwing = round % 7 == 3;
+      try {
+        parallel_for(n, 64, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) hits[static_cast<size_t>(i)].fetch_add(1, std::memory_order_relaxed);
+          if (throwing && begin == 0) throw std::runtime_error("body");
+        });
+        if (throwing) wrong.fetch_add(1);  // the error did not come back
+      } catch (const std::runtime_error&) {
+        thrown.fetch_add(1);
+      }
+      for (const std::atomic<int>& h : hits) wrong.fetch_add(h.load() != 1);
+      loops.fetch_add(1);
+    }
+  };
+  std::thread changer([&] {
+    for (int k = 0; !stop.load(); ++k) set_num_threads(1 + k % 4);
+  });
+  std::thread a(caller, 1), b(caller, 2);
+  a.join();
+  b.join();
+  stop.store(true);
+  changer.join();
+  CHECK(wrong.load() == 0);
+  CHECK(loops.load() == 600);
+  CHECK(thrown.load() == 2 * (300 / 7 + (300 % 7 > 3)));
 }

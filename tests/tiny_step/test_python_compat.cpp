@@ -1,5 +1,5 @@
-// Tests for src/io/python_compat (repr, round, random.Random, json string escaping) and
-// src/ops/cpu/exact_sum (math.fsum), bit-exact against CPython 3.11's own answers.
+// Tests for apps/tiny_step/python_compat (repr, round, random.Random, json string escaping) and
+// src/kernels/cpu/exact_sum (math.fsum), bit-exact against CPython 3.11's own answers.
 //
 // Rule: the golden values come from tests/fixtures/gen_python_compat.py, never from this code;
 // doubles travel as 16-hex-digit bit patterns. The fixture is read with json::parse
@@ -159,7 +159,8 @@ TEST_CASE("Random reproduces random.Random(seed).random() and uniform(-0.5, 0.5)
 }
 
 TEST_CASE("Random(7) and round(x, 2) give the tiny step's starting parameters") {
-  // tiny_step.py: value = round(rng.uniform(-0.5, 0.5), 2); embedding (4, 2) then weights (2, 4).
+  // The reference (docs/tiny_step.md, "Model"): value = round(rng.uniform(-0.5, 0.5), 2); embedding
+  // (4, 2) then weights (2, 4).
   const double expected[] = {-0.18, -0.35, 0.15, -0.43, 0.04, -0.13, -0.44, 0.01,
                              -0.46, -0.07, -0.43, -0.41, -0.08, 0.33, -0.38, -0.28};
   py::Random rng(7);

@@ -47,7 +47,8 @@ inline bool adamw_zero_fast_path_exact(const kernels::AdamWScalars& s) {
          std::isfinite(s.step_size) && s.step_size >= 0;
 }
 
-// The AdamW update of spec/bob.md over n elements (see cpu::adamw_step for the reference loop).
+// The AdamW update of docs/bob.md, "Learner", over n elements (see cpu::adamw_step for the reference
+// loop).
 TG_AVX512 inline int64_t adamw_step(float* w, const float* g, float* m, float* v, int64_t n,
                                     const kernels::AdamWScalars& s) {
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)

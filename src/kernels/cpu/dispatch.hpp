@@ -1,5 +1,5 @@
 // Helpers shared by the CPU kernels: dtype dispatch, flat xtensor views over tensor storage, and
-// the chunk sizes kernels hand to parallel_for (src/graph/parallel.hpp).
+// the chunk sizes kernels hand to parallel_for (src/tensor/parallel.hpp).
 #pragma once
 
 #include <algorithm>

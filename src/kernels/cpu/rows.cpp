@@ -2,16 +2,17 @@
 // forms for the fused embedding_cross_entropy). f32 rows take AVX-512 paths where the CPU has them
 // (avx512.hpp, expf_avx512.hpp) and cross-entropy computes repeated rows once (repeated_rows.hpp);
 // each of these gives the reference loop's bits. Large loops split
-// over the intra-op threads (src/graph/parallel.hpp) by rows, or by columns for the gather's
+// over the intra-op threads (src/tensor/parallel.hpp) by rows, or by columns for the gather's
 // backward, whose additions into one row must stay in index order.
 //
 // Note [cross-entropy arithmetic]
-// f64 follows the tiny step's reference exactly: p = exp(v - max) / fsum(exp(row - max)) and
-// loss = -log(p[t]) with the C library's exp and log, the very functions the Python reference calls
-// on this machine, so its trace matches byte for byte (Note [exp and log on each device] in
-// src/ops/cr_math.hpp). f32 (bob) computes the loss as
-// spec/bob.md writes it, logsumexp(row) - row[t], accumulating the exponentials in double: it
-// stays finite where p[t] would underflow to 0. Both give dlogits = ((p - onehot) / B) * g.
+// f64 follows the tiny step's reference (docs/tiny_step.md, "Arithmetic") exactly:
+// p = exp(v - max) / fsum(exp(row - max)) and loss = -log(p[t]) with the C library's exp and log,
+// the very functions the Python reference calls on this machine, so its trace matches byte for
+// byte (Note [exp and log on each device] in src/kernels/cr_math.hpp). f32 (bob) computes the loss
+// as docs/bob.md ("Model and objective") writes it, logsumexp(row) - row[t], accumulating the
+// exponentials in double: it stays finite where p[t] would underflow to 0. Both give
+// dlogits = ((p - onehot) / B) * g.
 //
 // Note [saved distinct rows]
 // cross_entropy computes each distinct logits row once (Note [repeated rows]). The fused

@@ -1,4 +1,4 @@
-// CPU kernels of the value-embed family (declared in src/ops/value_embed_kernels.hpp): the
+// CPU kernels of the value-embed family (declared in src/kernels/value_embed_kernels.hpp): the
 // reference every CUDA kernel of src/cuda/value_embed.cu is checked against.
 //
 // Rules: the atomic mode adds one contribution at a time in index order, each rounded to the
