@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# The README's second command: every test, twice: in the release build (CUDA compiled when nvcc is
-# found; GPU tests skip with a line saying why when no device is present) and in a build with
-# AddressSanitizer and UndefinedBehaviorSanitizer (CPU only: the CUDA runtime and ASan's shadow
-# memory do not mix; the CUDA code is checked by compute-sanitizer on the GPU machine instead,
-# scripts/gpu_check.sh). Ends with one line: "N passed, N failed, N skipped".
+# The README's second command: every test, in four builds, then the fuzzers briefly.
+#  1. release (CUDA compiled when nvcc is found; GPU tests SKIP with a line saying why when no device
+#     is present: scripts/gpu_check.sh runs them on a GPU machine);
+#  2. AddressSanitizer + UndefinedBehaviorSanitizer, halting on the first report (CPU only: the CUDA
+#     runtime and ASan's shadow memory do not mix; compute-sanitizer checks the CUDA code on the GPU);
+#  3. ThreadSanitizer over the CPU suites (tests/tensor stresses the thread pool from several threads);
+#  4. scripts/fuzz.sh: each libFuzzer target of tests/fuzz for FUZZ_SECONDS (default 10) with clang.
+# Ends with one line: "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# what the tests need, installed where it is missing (scripts/deps.sh), so that only GPU tests skip
+source scripts/deps.sh
+ensure_test_tools || exit 1
 [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
 jobs=${JOBS:-$(nproc)}
 passed=0 failed=0 skipped=0
+# a sanitizer report fails the test that made it, never only prints
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 run_suite() {  # run_suite DIR [meson setup options...]
   local dir=$1
@@ -28,9 +36,20 @@ run_suite() {  # run_suite DIR [meson setup options...]
   [[ -n $ok ]] || failed=$((failed + 1))  # meson test itself did not finish
 }
 
+sanitized=(-Dcuda=disabled -Dbench=disabled -Db_lundef=false -Dbuildtype=debugoptimized)
 run_suite build
-run_suite build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized -Dcuda=disabled \
-  -Dbench=disabled
+run_suite build-asan -Db_sanitize=address,undefined -Dcpp_args=-fno-sanitize-recover=undefined "${sanitized[@]}"
+run_suite build-tsan -Db_sanitize=thread "${sanitized[@]}"
+
+echo "== fuzzing (scripts/fuzz.sh ${FUZZ_SECONDS:-10})"
+if command -v clang++ > /dev/null; then
+  scripts/fuzz.sh "${FUZZ_SECONDS:-10}" | tee build-fuzz.test.log
+  passed=$((passed + $(awk '/ passed, / {print $1}' build-fuzz.test.log | tail -n 1)))
+  failed=$((failed + $(awk '/ passed, / {print $3}' build-fuzz.test.log | tail -n 1)))
+else
+  echo "fuzz: SKIP: no clang++ (scripts/deps.sh installs it)"
+  skipped=$((skipped + 1))
+fi
 
 echo
 echo "$passed passed, $failed failed, $skipped skipped"

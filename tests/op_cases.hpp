@@ -97,10 +97,12 @@ inline std::vector<OpCase> op_cases() {
   const CaseInput table{{6, 3}, {50, 900}}, ids6{{5}, {400}, 0, 0, 0, 6};
   cases.push_back({"gather", "repeated ids", {table, ids6}, [](const V& v) { return ops::gather(v[0], v[1]); }});
   const CaseInput classes{{6, 5}, {60, 300}, -2, 2}, ids_of{{7}, {500}, 0, 0, 0, 6}, t5{{7}, {500}, 0, 0, 0, 5};
-  for (const auto& [name, r] : {std::pair{"mean", ops::Reduction::mean}, std::pair{"sum", ops::Reduction::sum},
-                                std::pair{"none", ops::Reduction::none}})
+  for (const auto& [name, reduction] : {std::pair{"mean", ops::Reduction::mean}, std::pair{"sum", ops::Reduction::sum},
+                                        std::pair{"none", ops::Reduction::none}}) {
+    const ops::Reduction r = reduction;  // a structured binding cannot be captured in clang 14
     cases.push_back({"embedding_cross_entropy", name, {classes, ids_of, t5},
                      [r](const V& v) { return ops::embedding_cross_entropy(v[0], v[1], v[2], r); }});
+  }
   cases.push_back({"matmul", "an MLP with a weight used twice", {{{6, 4}, {64, 128}}, {{4, 4}, {128, 128}}, {{4}, {128}},
                                                                  {{4}, {200}, 0, 0, 0, 6}, {{4}, {200}, 0, 0, 0, 4}},
                    [](const V& v) {

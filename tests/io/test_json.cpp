@@ -59,7 +59,7 @@ TEST_CASE("dumps writes the values json.dumps writes in its own way") {
         "[NaN, Infinity, -Infinity, -0.0, 1e+16, true, false, null, 18446744073709551615, -9223372036854775808]");
   CHECK(json::dumps(Value::Object{{"a", Value::Array{1, 2}}, {"b", Value::Object{}}}, 4) ==
         "{\n    \"a\": [\n        1,\n        2\n    ],\n    \"b\": {}\n}");
-  CHECK(json::dumps(Value::Array{Value::Array{}}, 0) == "[\n[]\n]");
+  CHECK(json::dumps(Value::Array{Value(Value::Array{})}, 0) == "[\n[]\n]");
   CHECK(json::dumps("caf\xc3\xa9") == "\"caf\\u00e9\"");
 }
 

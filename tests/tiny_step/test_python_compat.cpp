@@ -143,7 +143,8 @@ TEST_CASE("exact_sum returns nan or inf where math.fsum raises") {
 TEST_CASE("Random reproduces random.Random(seed).random() and uniform(-0.5, 0.5)") {
   const auto& streams = golden("random").as_object();
   CHECK(streams.size() == 10);
-  for (const auto& [seed_text, expected] : streams) {
+  for (const auto& [seed_key, expected] : streams) {
+    const std::string& seed_text = seed_key;  // a structured binding cannot be captured in clang 14
     INFO("seed ", seed_text);
     auto make = [&seed_text] {
       if (seed_text[0] == '-') return py::Random::from_int(std::stoll(seed_text));
