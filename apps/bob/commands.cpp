@@ -1,13 +1,16 @@
 // bob's subcommands (see commands.hpp): fixture, train, inspect, verify-resume and the main job.
 //
-// Rule: train reads everything it needs and checks it (record, checkpoint, device) before the
-// first update, and writes the checkpoint only after the last one; a refusal leaves every file as
-// it was. Child invocations (verify-resume, the main job) are this same program, found through
+// Rule: train reads everything it needs and checks it (record, every output's folder, the lock,
+// checkpoint, device) before the first update, and writes the checkpoint only after the last one,
+// as the last of its files; a refusal (exit 2) leaves every file as it was, and a failure after a
+// file was written puts it back or says exactly what stayed written (docs/bob.md, "Locking and
+// failures"). Child invocations (verify-resume, the main job) are this same program, found through
 // /proc/self/exe, each in its own process.
 #include "commands.hpp"
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,13 +21,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
+#include <stdexcept>
 
 
 #include "bob_model.hpp"
 #include "default_corpus.hpp"
 #include "tapegrad/tensor/backend.hpp"
 #include "tapegrad/io/atomic_file.hpp"
+#include "tapegrad/io/file_lock.hpp"
 
 extern char** environ;
 
@@ -123,6 +129,85 @@ int run_self(const std::vector<std::string>& args, const std::string& log_path) 
     if (errno != EINTR) throw Error(std::string("cannot wait for a child process: ") + std::strerror(errno));
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+// ---- train's files
+
+// Refuses, before anything is written, an output that cannot be replaced: `path` exists and is not
+// a regular file (a device such as /dev/full, a folder), or its folder does not exist or is not
+// writable by this process. `what` names it in the message ("checkpoint", "predictions").
+void check_output(const std::string& what, const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
+    throw Error(what + " " + path + " is not a regular file, and bob replaces only regular files; nothing was written");
+  std::error_code ignored;
+  std::string folder = std::filesystem::weakly_canonical(path, ignored).parent_path().string();
+  if (folder.empty()) folder = std::filesystem::path(path).parent_path().string();
+  if (folder.empty()) folder = ".";
+  if (::faccessat(AT_FDCWD, folder.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+    const int err = errno;
+    throw Error("cannot write " + what + " " + path + ": its folder " + folder +
+                (err == ENOENT ? " does not exist" : " is not writable (" + std::string(std::strerror(err)) + ")") +
+                "; nothing was written");
+  }
+}
+
+// Refuses two of train's files that are one file (the checkpoint given as --predictions, say).
+void check_distinct(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::error_code ignored;
+  for (size_t i = 0; i < files.size(); ++i)
+    for (size_t j = i + 1; j < files.size(); ++j)
+      if (!files[i].second.empty() && !files[j].second.empty() &&
+          std::filesystem::weakly_canonical(files[i].second, ignored) ==
+              std::filesystem::weakly_canonical(files[j].second, ignored))
+        throw Error("the " + files[i].first + " and the " + files[j].first + " are one file, " + files[i].second +
+                    "; give each its own; nothing was written");
+}
+
+// Takes the checkpoint's lock for the whole read-train-write, refusing by name when another process
+// holds it.
+std::unique_ptr<io::FileLock> lock_checkpoint(const std::string& checkpoint) {
+  try {
+    return std::make_unique<io::FileLock>(io::lock_path_for(checkpoint));
+  } catch (const io::LockHeld& held) {
+    throw Error("checkpoint " + checkpoint + " is in use by " +
+                (held.holder_pid > 0 ? "pid " + std::to_string(held.holder_pid)
+                                     : std::string("another process (it has not written its pid yet)")) +
+                ": it holds the lock file " + held.lock_path + "; nothing was written");
+  }
+}
+
+// The files train writes before its checkpoint (the tape dump, the predictions), each with what was
+// there before, so that a failure before the checkpoint is written can put them back.
+class EarlierWrites {
+ public:
+  void add(const std::string& path) {
+    if (path.empty()) return;
+    files_.push_back({path, io::file_exists(path) ? std::optional(io::read_file(path)) : std::nullopt});
+  }
+  struct PutBack {
+    std::string restored, left;  // "" or "; "-separated clauses for the message
+  };
+  // Puts back every file that differs from what was there before: its old bytes, or no file.
+  PutBack put_back() const {
+    PutBack result;
+    for (const auto& [path, before] : files_) {
+      try {
+        const std::optional<std::string> now =
+            io::file_exists(path) ? std::optional(io::read_file(path)) : std::nullopt;
+        if (now == before) continue;
+        if (before) io::write_file_atomic(path, *before);
+        else if (::unlink(path.c_str()) != 0) throw Error("cannot remove " + path + ": " + std::strerror(errno));
+        result.restored += (result.restored.empty() ? "" : ", ") + path;
+      } catch (const Error& e) {
+        result.left += "; " + path + " was written and stays so (putting it back failed: " + e.what() + ")";
+      }
+    }
+    return result;
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> files_;
+};
 
 // ---- train's report
 
@@ -232,13 +317,23 @@ void train(const TrainOptions& options) {
   const io::BobRecord record = read_record(options.input);
   const io::EnvelopeIdentity identity = io::bob_checkpoint_identity();
 
+  // Every output is checked before the first write, and the checkpoint is locked until the end.
+  check_distinct({{"input record", options.input}, {"checkpoint", options.checkpoint},
+                  {"predictions", options.predictions}, {"tape dump", options.dump_tape}});
+  check_output("checkpoint", options.checkpoint);
+  if (!options.predictions.empty()) check_output("predictions", options.predictions);
+  if (!options.dump_tape.empty()) check_output("tape dump", options.dump_tape);
+  const std::unique_ptr<io::FileLock> lock = lock_checkpoint(options.checkpoint);
+
   std::optional<io::Checkpoint> start;
+  const std::optional<std::string> checkpoint_before =
+      io::file_exists(options.checkpoint) ? std::optional(io::read_file(options.checkpoint)) : std::nullopt;
   if (options.resume) {
-    if (!io::file_exists(options.checkpoint))
+    if (!checkpoint_before)
       throw Error("--resume needs a checkpoint, but " + options.checkpoint +
                   " does not exist (start one with --fresh)");
-    start = io::read(options.checkpoint, identity);
-  } else if (io::file_exists(options.checkpoint) && !options.force) {
+    start = io::decode(*checkpoint_before, identity, options.checkpoint);
+  } else if (checkpoint_before && !options.force) {
     throw Error("checkpoint " + options.checkpoint + " already exists and --fresh would replace it; pass --force " +
                 "to start over, or --resume to continue from it");
   }
@@ -255,43 +350,72 @@ void train(const TrainOptions& options) {
               device.is_cpu() ? "" : model.graphs() ? ", the updates as one CUDA graph" : ", op by op",
               options.overwrite_bug ? ", backward in the overwrite-bug mode" : "");
 
-  const uint64_t host_fallbacks = tapegrad::host_fallback_count();
-  const auto began = std::chrono::steady_clock::now();
-  std::vector<Tensor> losses;
-  if (options.dump_tape.empty()) {
-    losses = model.updates(updates_per_invocation, options.overwrite_bug);
-  } else {
-    for (uint64_t k = 0; k < updates_per_invocation; ++k)
-      losses.push_back(model.update(options.overwrite_bug, k + 1 == updates_per_invocation ? options.dump_tape : ""));
+  // The tape dump (written by the last update) and the predictions go first, the checkpoint last: a
+  // failure before the checkpoint is written puts them back, so a refusal has changed nothing, and a
+  // process killed between them leaves the old checkpoint with the outputs a rerun writes again.
+  EarlierWrites earlier;
+  earlier.add(options.dump_tape);
+  earlier.add(options.predictions);
+  io::Checkpoint state;
+  Predictions predictions{};
+  std::string checkpoint_bytes;
+  try {
+    const uint64_t host_fallbacks = tapegrad::host_fallback_count();
+    const auto began = std::chrono::steady_clock::now();
+    std::vector<Tensor> losses;
+    if (options.dump_tape.empty()) {
+      losses = model.updates(updates_per_invocation, options.overwrite_bug);
+    } else {
+      for (uint64_t k = 0; k < updates_per_invocation; ++k)
+        losses.push_back(model.update(options.overwrite_bug, k + 1 == updates_per_invocation ? options.dump_tape : ""));
+    }
+    const Tensor loss_after = model.loss();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    if (!device.is_cpu() && tapegrad::host_fallback_count() != host_fallbacks)
+      throw DeviceError("refused: " + std::to_string(tapegrad::host_fallback_count() - host_fallbacks) +
+                        " host fallbacks on " + device.str() + " during the updates; bob runs natively or not at all");
+
+    for (uint64_t k = 0; k < losses.size(); ++k)
+      std::printf("  update %3llu  loss %s\n", static_cast<unsigned long long>(first_step + k + 1),
+                  shortest(static_cast<float>(losses[k].item())).c_str());
+    std::printf("loss before %s, after %s (step %llu -> %llu; %.3f ms, %.1f us per update)\n",
+                shortest(static_cast<float>(losses.front().item())).c_str(),
+                shortest(static_cast<float>(loss_after.item())).c_str(), static_cast<unsigned long long>(first_step),
+                static_cast<unsigned long long>(model.step()), seconds * 1e3,
+                seconds * 1e6 / static_cast<double>(updates_per_invocation));
+
+    state = model.state();
+    predictions = predict(state.planes[0], record);
+    if (!options.predictions.empty()) io::write_file_atomic(options.predictions, io::encode_predictions(predictions));
+    checkpoint_bytes = io::encode(identity, state.step, state.planes);
+    io::write_file_atomic(options.checkpoint, checkpoint_bytes);
+  } catch (const Error& e) {
+    std::optional<std::string> on_disk;
+    try {
+      if (!checkpoint_bytes.empty()) on_disk = io::read_file(options.checkpoint);
+    } catch (const Error&) {
+    }
+    if (on_disk && *on_disk == checkpoint_bytes && on_disk != checkpoint_before)  // renamed, then the sync failed
+      throw std::runtime_error(std::string(e.what()) + "; the checkpoint " + options.checkpoint + " (step " +
+                               std::to_string(state.step) + ")" +
+                               (options.predictions.empty() ? "" : " and the predictions " + options.predictions) +
+                               " were written, but may not be on the disk yet");
+    const EarlierWrites::PutBack back = earlier.put_back();
+    const std::string restored =
+        back.restored.empty() ? "" : " (" + back.restored + ", written before the checkpoint, put back as it was)";
+    if (!back.left.empty())  // something stays changed: not a refusal, an internal failure (exit 1)
+      throw std::runtime_error(std::string(e.what()) + "; the checkpoint " + options.checkpoint +
+                               " was not written" + restored + back.left);
+    const std::string message = std::string(e.what()) + "; nothing was written" + restored;
+    if (dynamic_cast<const DeviceError*>(&e) != nullptr) throw DeviceError(message);
+    throw Error(message);
   }
-  const Tensor loss_after = model.loss();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-  if (!device.is_cpu() && tapegrad::host_fallback_count() != host_fallbacks)
-    throw DeviceError("refused: " + std::to_string(tapegrad::host_fallback_count() - host_fallbacks) +
-                      " host fallbacks on " + device.str() + " during the updates; bob runs natively or not at all " +
-                      "(nothing was written)");
-
-  for (uint64_t k = 0; k < losses.size(); ++k)
-    std::printf("  update %3llu  loss %s\n", static_cast<unsigned long long>(first_step + k + 1),
-                shortest(static_cast<float>(losses[k].item())).c_str());
-  std::printf("loss before %s, after %s (step %llu -> %llu; %.3f ms, %.1f us per update)\n",
-              shortest(static_cast<float>(losses.front().item())).c_str(),
-              shortest(static_cast<float>(loss_after.item())).c_str(), static_cast<unsigned long long>(first_step),
-              static_cast<unsigned long long>(model.step()), seconds * 1e3,
-              seconds * 1e6 / static_cast<double>(updates_per_invocation));
-
-  const io::Checkpoint state = model.state();
-  io::write(options.checkpoint, identity, state.step, state.planes);
   std::printf("wrote checkpoint %s (step %llu)\n", options.checkpoint.c_str(),
               static_cast<unsigned long long>(state.step));
-
-  const Predictions predictions = predict(state.planes[0], record);
   std::printf("predictions:\n");
   print_predictions(predictions, record);
-  if (!options.predictions.empty()) {
-    io::write_file_atomic(options.predictions, io::encode_predictions(predictions));
+  if (!options.predictions.empty())
     std::printf("wrote predictions %s (%zu bytes)\n", options.predictions.c_str(), 8 * io::bob_prompts);
-  }
 }
 
 // ---- inspect

@@ -33,7 +33,9 @@ struct TrainOptions {
   bool no_graph = false;               // on CUDA, launch op by op instead of replaying one CUDA graph
 };
 // One invocation: 10 updates from a fresh start or from the checkpoint, the checkpoint written
-// atomically, the predictions printed (and written when asked).
+// atomically, the predictions printed (and written when asked). Holds the checkpoint's lock file
+// throughout and checks every output first; a write that fails after an earlier output was written
+// puts that one back, or throws std::runtime_error (exit 1) naming what stays written.
 void train(const TrainOptions& options);
 
 // Shows a checkpoint's fields, plane statistics and CRC, then bob's verdict on it. Returns 0 if bob

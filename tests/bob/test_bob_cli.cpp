@@ -8,17 +8,28 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
-#include <spawn.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <optional>
+#include <random>
+#include <thread>
 
 #include "bob_model.hpp"
 #include "tapegrad/config.hpp"
 #include "default_corpus.hpp"
 #include "tapegrad/io/atomic_file.hpp"
+#include "tapegrad/io/file_lock.hpp"
 
 extern char** environ;
 
@@ -43,26 +54,71 @@ struct Folder {
   std::string operator/(const std::string& name) const { return path + "/" + name; }
 };
 
-// Runs bob with `args`, capturing its stdout and stderr.
-Run run_bob(const std::vector<std::string>& args) {
+// How a child bob runs besides its arguments.
+struct ChildSetup {
+  std::optional<uid_t> uid;               // as this user and its group (root's tests drop to nobody)
+  std::optional<rlim_t> max_file_bytes;   // RLIMIT_FSIZE, with SIGXFSZ ignored: writes past it fail, EFBIG
+};
+
+// Starts bob with `args`, its stdout and stderr on `out_fd` and `err_fd`; returns its pid.
+pid_t start_bob(const std::vector<std::string>& args, int out_fd, int err_fd, const ChildSetup& setup = {}) {
   const char* binary = std::getenv("BOB_BINARY");
   REQUIRE_MESSAGE(binary != nullptr, "BOB_BINARY is not set; run the tests with meson test");
-  Folder logs;
-  const std::string out = logs / "out", err = logs / "err";
   std::vector<char*> argv{const_cast<char*>(binary)};
   for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
   argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  REQUIRE(::posix_spawn(&pid, binary, &actions, nullptr, argv.data(), environ) == 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const passwd* user = setup.uid ? ::getpwuid(*setup.uid) : nullptr;
+  const gid_t gid = user ? user->pw_gid : static_cast<gid_t>(setup.uid.value_or(0));
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // only async-signal-safe calls from here to execve
+    if (::dup2(out_fd, STDOUT_FILENO) < 0 || ::dup2(err_fd, STDERR_FILENO) < 0) ::_exit(126);
+    if (setup.max_file_bytes) {
+      const rlimit limit{*setup.max_file_bytes, *setup.max_file_bytes};
+      ::signal(SIGXFSZ, SIG_IGN);  // stays ignored across execve
+      if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(126);
+    }
+    if (setup.uid && (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(*setup.uid) != 0)) ::_exit(126);
+    ::execve(binary, argv.data(), environ);
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Waits for `pid`: its exit code, or 128 + N if signal N killed it.
+int wait_for(pid_t pid) {
   int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  REQUIRE_MESSAGE(WIFEXITED(status), "bob was killed by signal " << WTERMSIG(status));
-  return {WEXITSTATUS(status), io::read_file(out), io::read_file(err)};
+  while (::waitpid(pid, &status, 0) != pid) REQUIRE(errno == EINTR);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Runs bob with `args`, capturing its stdout and stderr through pipes (which no file size limit
+// touches).
+Run run_bob(const std::vector<std::string>& args, const ChildSetup& setup = {}) {
+  int out[2], err[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(err, O_CLOEXEC) == 0);
+  const pid_t pid = start_bob(args, out[1], err[1], setup);
+  ::close(out[1]);
+  ::close(err[1]);
+  Run run;
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  std::string* texts[2] = {&run.out, &run.err};
+  for (int open = 2; open > 0;) {
+    REQUIRE((::poll(fds, 2, -1) >= 0 || errno == EINTR));
+    for (int k = 0; k < 2; ++k) {
+      if (fds[k].fd < 0 || fds[k].revents == 0) continue;
+      char buffer[4096];
+      const ssize_t got = ::read(fds[k].fd, buffer, sizeof buffer);
+      if (got > 0) texts[k]->append(buffer, static_cast<size_t>(got));
+      else if (got == 0 || errno != EINTR) ::close(fds[k].fd), fds[k].fd = -1, --open;
+    }
+  }
+  run.status = wait_for(pid);
+  REQUIRE_MESSAGE(run.status < 128, "bob was killed by signal " << run.status - 128);
+  REQUIRE_MESSAGE(run.status != 126, "the child could not be set up (dup2, setrlimit or setuid failed)");
+  return run;
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -369,4 +425,265 @@ TEST_CASE("bob without arguments runs the main job: a fresh invocation, two resu
   CHECK(contains(run.out, "update  30  loss "));
   CHECK(contains(run.out, "the loss fell from "));
   CHECK(contains(run.out, "prompt 3, empty: token 0, validity 0"));
+}
+
+// ---- locking and failures (docs/bob.md, "Locking and failures")
+
+namespace {
+
+// Every file in `folder` (not below it) with its bytes: "nothing changed on disk" is this map unchanged.
+std::map<std::string, std::string> snapshot(const std::string& folder) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(folder))
+    files[entry.path().filename().string()] = entry.is_regular_file() ? io::read_file(entry.path().string()) : "(not a file)";
+  return files;
+}
+
+// The names in `folder` that start with `prefix` (".bob.ckpt.tmp-": the atomic write's temporary files).
+std::vector<std::string> names_starting(const std::string& folder, const std::string& prefix) {
+  std::vector<std::string> names;
+  for (const auto& [name, bytes] : snapshot(folder))
+    if (name.starts_with(prefix)) names.push_back(name);
+  return names;
+}
+
+// Writes past `bytes` fail with EFBIG ("File too large"), as they would with ENOSPC on a full disk.
+ChildSetup file_size_limit(rlim_t bytes) {
+  ChildSetup setup;
+  setup.max_file_bytes = bytes;
+  return setup;
+}
+
+std::vector<std::string> resume_args(const std::string& record, const std::string& checkpoint) {
+  return {"train", "--input", record, "--checkpoint", checkpoint, "--resume"};
+}
+
+// Under root, permissions do not stop writes: such a test runs bob as nobody instead. Returns the
+// setup, or nothing (after a SKIP line saying why) when that cannot be done here.
+std::optional<ChildSetup> unprivileged() {
+  if (::geteuid() != 0) return ChildSetup{};
+  const passwd* nobody = ::getpwnam("nobody");
+  if (nobody == nullptr) {
+    std::printf("SKIP read-only folder cases: running as root and there is no user nobody to run bob as\n");
+    return std::nullopt;
+  }
+  ChildSetup setup;
+  setup.uid = nobody->pw_uid;
+  const Run probe = run_bob({"--help"}, setup);
+  if (probe.status != 0) {
+    std::printf("SKIP read-only folder cases: running as root, and bob cannot run as nobody here (exit %d)\n",
+                probe.status);
+    return std::nullopt;
+  }
+  return setup;
+}
+
+}  // namespace
+
+TEST_CASE("io::FileLock: one holder at a time, its pid in the lock file, a dead holder's file taken over") {
+  Folder folder;
+  const std::string path = folder / "x.lock", pid = std::to_string(::getpid());
+  {
+    io::FileLock lock(path);
+    CHECK(io::read_file(path) == pid + "\n");
+    // flock is per open file: a second FileLock in this process conflicts as another process would
+    CHECK_THROWS_WITH_AS(io::FileLock{path}, ("the lock file " + path + " is held by pid " + pid).c_str(), io::LockHeld);
+    try {
+      io::FileLock again(path);
+    } catch (const io::LockHeld& held) {
+      CHECK(held.holder_pid == ::getpid());
+      CHECK(held.lock_path == path);
+    }
+  }
+  CHECK_FALSE(io::file_exists(path));  // the holder removes it before letting go
+
+  io::write_file_atomic(path, "999999999\n");  // left by a holder killed with its lock held
+  {
+    io::FileLock lock(path);
+    CHECK(io::read_file(path) == pid + "\n");
+  }
+  CHECK_FALSE(io::file_exists(path));
+  CHECK_THROWS_WITH_AS(io::FileLock{folder / "none/x.lock"},
+                       ("cannot open the lock file " + folder / "none/x.lock" + ": No such file or directory").c_str(),
+                       Error);
+
+  CHECK(io::lock_path_for(folder / "a.ckpt") == folder / "a.ckpt.lock");
+  io::write_file_atomic(folder / "target.ckpt", "x");
+  std::filesystem::create_symlink(folder / "target.ckpt", folder / "link.ckpt");
+  CHECK(io::lock_path_for(folder / "link.ckpt") ==
+        std::filesystem::canonical(folder / "target.ckpt").string() + ".lock");
+}
+
+TEST_CASE("a second writer of a locked checkpoint is refused by name, exit 2, nothing written") {
+  Folder folder;
+  const std::string record = write_record(folder), checkpoint = folder / "bob.ckpt";
+  train(record, checkpoint, "--fresh");
+  {
+    const std::map<std::string, std::string> before = snapshot(folder.path);
+    io::FileLock held(io::lock_path_for(checkpoint));  // this process is the other writer
+    const std::string in_use = "checkpoint " + checkpoint + " is in use by pid " + std::to_string(::getpid()) +
+                               ": it holds the lock file " + checkpoint + ".lock; nothing was written";
+    std::vector<std::string> args = resume_args(record, checkpoint);
+    args.insert(args.end(), {"--predictions", folder / "p.bin"});
+    check_refusal(run_bob(args), in_use);
+    check_refusal(run_bob({"train", "--input", record, "--checkpoint", checkpoint, "--fresh", "--force"}), in_use);
+    std::map<std::string, std::string> after = snapshot(folder.path);
+    CHECK(after.erase("bob.ckpt.lock") == 1);  // ours
+    CHECK(after == before);                    // the checkpoint's bytes, no predictions, no temporary file
+  }
+  train(record, checkpoint, "--resume");
+  CHECK(io::read(checkpoint, io::bob_checkpoint_identity()).step == 20);
+  CHECK_FALSE(io::file_exists(checkpoint + ".lock"));  // removed by the run that held it
+}
+
+TEST_CASE("concurrent bob train --resume on one checkpoint: each run's 10 updates land, or it is refused by name") {
+  Folder folder;
+  const std::string record = write_record(folder), checkpoint = folder / "bob.ckpt";
+  train(record, checkpoint, "--fresh");
+  constexpr int runs = 4;
+  std::vector<pid_t> pids;
+  for (int k = 0; k < runs; ++k) {
+    const int out = ::open((folder / ("out" + std::to_string(k))).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    const int err = ::open((folder / ("err" + std::to_string(k))).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    pids.push_back(start_bob(resume_args(record, checkpoint), out, err));
+    ::close(out);
+    ::close(err);
+  }
+  int done = 0;
+  for (int k = 0; k < runs; ++k) {
+    const int status = wait_for(pids[k]);
+    const std::string err = io::read_file(folder / ("err" + std::to_string(k)));
+    CAPTURE(err);
+    if (status == 0) ++done;
+    else {
+      CHECK(status == 2);
+      // "by pid N", or "by another process" if it lost the race before its holder wrote the pid
+      CHECK(contains(err, "bob: checkpoint " + checkpoint + " is in use by "));
+      CHECK(contains(err, ": it holds the lock file " + checkpoint + ".lock; nothing was written"));
+    }
+  }
+  CHECK(done >= 1);  // whoever took the lock first
+  MESSAGE(done << " of " << runs << " concurrent runs trained, the others were refused");
+  // No update lost: the checkpoint is 10 + 10 * done updates from the seed, byte for byte.
+  bob::Model model(io::decode_record(io::read_file(record), record), Device::cpu());
+  for (int k = 0; k < 10 * (1 + done); ++k) model.update();
+  const io::Checkpoint state = model.state();
+  CHECK(bob::describe_difference(io::read_file(checkpoint), io::encode(io::bob_checkpoint_identity(), state.step, state.planes),
+                                 "after the concurrent runs", "in one process") == "");
+  CHECK_FALSE(io::file_exists(checkpoint + ".lock"));
+}
+
+TEST_CASE("an output in a read-only or missing folder is refused before training; nothing changes") {
+  Folder folder;
+  const std::string writable = folder / "w", read_only = folder / "ro";
+  std::filesystem::create_directories(writable);
+  std::filesystem::create_directories(read_only);
+  const std::string record = write_record(folder), checkpoint = writable + "/bob.ckpt";
+  train(record, checkpoint, "--fresh");
+  train(record, read_only + "/bob.ckpt", "--fresh");
+  check_refusal(run_bob({"train", "--input", record, "--checkpoint", checkpoint, "--resume", "--predictions",
+                         folder / "none/p.bin"}),
+                "cannot write predictions " + folder / "none/p.bin" + ": its folder " + folder / "none" +
+                    " does not exist; nothing was written");
+  CHECK(io::read(checkpoint, io::bob_checkpoint_identity()).step == 10);
+
+  const std::optional<ChildSetup> setup = unprivileged();
+  if (!setup) return;
+  std::filesystem::permissions(folder.path, std::filesystem::perms(0755));
+  std::filesystem::permissions(writable, std::filesystem::perms(0777));
+  std::filesystem::permissions(read_only, std::filesystem::perms(0555));
+  const std::map<std::string, std::string> before_w = snapshot(writable), before_ro = snapshot(read_only);
+  const std::string not_writable = ": its folder " + read_only + " is not writable (Permission denied); nothing was written";
+  check_refusal(run_bob(resume_args(record, read_only + "/bob.ckpt"), *setup),
+                "cannot write checkpoint " + read_only + "/bob.ckpt" + not_writable);
+  std::vector<std::string> args = resume_args(record, checkpoint);
+  args.insert(args.end(), {"--predictions", read_only + "/p.bin"});
+  check_refusal(run_bob(args, *setup), "cannot write predictions " + read_only + "/p.bin" + not_writable);
+  CHECK(snapshot(writable) == before_w);  // the checkpoint did not move 10 steps
+  CHECK(snapshot(read_only) == before_ro);
+  const Run run = run_bob(resume_args(record, checkpoint), *setup);  // the same user can train where it may write
+  CHECK_MESSAGE(run.status == 0, run.err);
+  std::filesystem::permissions(read_only, std::filesystem::perms(0755));
+}
+
+TEST_CASE("a full disk: /dev/full is refused as an output; a write that fails puts the earlier ones back") {
+  Folder folder;
+  const std::string record = write_record(folder), checkpoint = folder / "bob.ckpt", predictions = folder / "p.bin";
+  train(record, checkpoint, "--fresh");
+  std::map<std::string, std::string> before = snapshot(folder.path);
+  std::vector<std::string> args = resume_args(record, checkpoint);
+  args.insert(args.end(), {"--predictions", "/dev/full"});
+  // An atomic write renames a new file over its target: over /dev/full it would replace the device
+  // (as root), never meet ENOSPC. So bob refuses any target that is not a regular file.
+  check_refusal(run_bob(args), "predictions /dev/full is not a regular file, and bob replaces only regular files; "
+                               "nothing was written");
+  struct stat info {};
+  CHECK((::stat("/dev/full", &info) == 0 && S_ISCHR(info.st_mode)));
+  CHECK(snapshot(folder.path) == before);
+
+  // A write that fails on the way (here the file size limit, EFBIG, as ENOSPC would): the predictions
+  // (24 bytes) are written, the checkpoint (786,695) is not, and the predictions are put back.
+  args.back() = predictions;
+  const ChildSetup limited = file_size_limit(4096);
+  check_refusal(run_bob(args, limited), "cannot write " + checkpoint + ": cannot write the temporary file ");
+  const Run failed = run_bob(args, limited);
+  CHECK(contains(failed.err, ": File too large; nothing was written (" + predictions +
+                                 ", written before the checkpoint, put back as it was)"));
+  CHECK(snapshot(folder.path) == before);  // no predictions, the old checkpoint, no temporary file, no lock file
+  io::write_file_atomic(predictions, "old predictions");
+  before = snapshot(folder.path);
+  CHECK(run_bob(args, limited).status == 2);
+  CHECK(snapshot(folder.path) == before);  // the old predictions' bytes back
+
+  // The predictions themselves cannot be written: nothing was.
+  check_refusal(run_bob(args, file_size_limit(16)),
+                "cannot write " + predictions + ": cannot write the temporary file ");
+  CHECK(contains(run_bob(args, file_size_limit(16)).err, ": File too large; nothing was written\n"));
+  CHECK(snapshot(folder.path) == before);
+}
+
+TEST_CASE("kill -9 at a random moment, 40 times: the checkpoint is the old or the new one, byte for byte") {
+  Folder folder, reference;
+  const std::string record = write_record(folder), checkpoint = folder / "bob.ckpt";
+  // chain[k]: the checkpoint after k + 1 uninterrupted invocations
+  std::vector<std::string> chain = {train(record, checkpoint, "--fresh")};
+  auto next_in_chain = [&] {
+    io::write_file_atomic(reference / "bob.ckpt", chain.back());
+    chain.push_back(train(record, reference / "bob.ckpt", "--resume"));
+  };
+  const auto began = std::chrono::steady_clock::now();
+  next_in_chain();
+  const auto one_run = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began);
+  const unsigned seed = std::random_device{}();
+  CAPTURE(seed);
+  std::mt19937 random(seed);
+  std::uniform_int_distribution<long> delay(0, one_run.count() * 3 / 2);  // before, during and after the write
+  const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  size_t current = 0;
+  int killed = 0;
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    CAPTURE(attempt);
+    const pid_t pid = start_bob(resume_args(record, checkpoint), null, null);
+    std::this_thread::sleep_for(std::chrono::microseconds(delay(random)));
+    ::kill(pid, SIGKILL);
+    const int status = wait_for(pid);
+    CHECK((status == 0 || status == 128 + SIGKILL));
+    if (status != 0) ++killed;
+    if (current + 1 == chain.size()) next_in_chain();
+    const std::string now = io::read_file(checkpoint);
+    if (now == chain[current + 1]) ++current;
+    else CHECK_MESSAGE(now == chain[current], "the checkpoint is neither the old nor the new one");
+  }
+  ::close(null);
+  MESSAGE(killed << " of 40 runs killed, leaving " << names_starting(folder.path, ".bob.ckpt.tmp-").size()
+                 << " temporary files; the checkpoint went from step 10 to " << 10 * (current + 1));
+  // The next start after all that: trains, writes the next checkpoint, leaves no lock file.
+  if (current + 1 == chain.size()) next_in_chain();
+  CHECK(train(record, checkpoint, "--resume") == chain[current + 1]);
+  CHECK_FALSE(io::file_exists(checkpoint + ".lock"));
+  // needs the atomic_file cleanup (rel-r3): stale temporary files of dead pids are removed by the next
+  // write to the same target. Until that branch is merged this is a WARN (printed, not failing);
+  // make it a CHECK then.
+  WARN_MESSAGE(names_starting(folder.path, ".bob.ckpt.tmp-").empty(),
+               "temporary files of killed writers survive the next start (needs rel-r3's cleanup)");
 }
