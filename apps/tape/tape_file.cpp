@@ -27,14 +27,12 @@ const char* event_kind_name(EventKind k) {
 }
 
 const Entry& Tape::entry(int32_t id) const {
-  for (const Entry& e : values)
-    if (e.id == id) return e;
+  if (auto it = index_of_id.find(id); it != index_of_id.end()) return values[it->second];
   throw RefusedFile("[tape] " + path + ": no value with id " + std::to_string(id));
 }
 
 const Entry& Tape::producer(int32_t node) const {
-  for (const Entry& e : values)
-    if (e.node == node) return e;
+  if (auto it = index_of_node.find(node); it != index_of_node.end()) return values[it->second];
   throw RefusedFile("[tape] " + path + ": no value produced by node " + std::to_string(node));
 }
 
@@ -117,12 +115,18 @@ class Field {
 constexpr int64_t kMaxInt = INT64_MAX;
 constexpr int64_t kMaxId = INT32_MAX;
 
+// The extents, whose element count must fit an int64_t (as tapegrad's Shape, shape.hpp).
 std::vector<int64_t> read_shape(const Field& f) {
   std::vector<int64_t> shape;
   for (const Field& d : f.items()) shape.push_back(d.integer(0, kMaxInt));
+  int64_t product = 1;  // of the nonzero extents
+  for (int64_t d : shape)
+    if (d != 0 && __builtin_mul_overflow(product, d, &product))
+      f.refuse("is " + shape_str(shape) + ", which has more elements than fit in 64 bits");
   return shape;
 }
 
+// The element count of a shape read_shape accepted (so it cannot overflow).
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -201,31 +205,33 @@ Entry read_entry(const Field& f, int index) {
   return e;
 }
 
-// Values: indices in order, ids unique, inputs recorded earlier, nodes unique.
-void check_values(const Tape& t, const std::vector<Field>& values) {
-  std::map<int32_t, int> index_of;
-  std::set<int32_t> nodes;
+// Values: indices in order, ids unique, inputs recorded earlier, nodes unique; fills the indices.
+void check_values(Tape& t, const std::vector<Field>& values) {
+  t.index_of_id.reserve(t.values.size());
+  t.index_of_node.reserve(t.values.size());
   for (size_t i = 0; i < t.values.size(); ++i) {
     const Entry& e = t.values[i];
     const Field& f = values[i];
-    if (!index_of.emplace(e.id, e.index).second) f.at("id").refuse("repeats id " + std::to_string(e.id));
+    if (!t.index_of_id.emplace(e.id, i).second) f.at("id").refuse("repeats id " + std::to_string(e.id));
     if ((e.id < 0) != (e.kind == "parameter"))
       f.at("id").refuse("is " + std::to_string(e.id) + " for kind \"" + e.kind +
                         "\" (parameters have negative ids, other values not)");
-    if (e.node >= 0 && !nodes.insert(e.node).second) f.at("node").refuse("repeats node " + std::to_string(e.node));
-    for (size_t k = 0; k < e.inputs.size(); ++k)
-      if (!index_of.count(e.inputs[k]) || index_of[e.inputs[k]] >= e.index)
+    if (e.node >= 0 && !t.index_of_node.emplace(e.node, i).second)
+      f.at("node").refuse("repeats node " + std::to_string(e.node));
+    for (size_t k = 0; k < e.inputs.size(); ++k) {
+      const auto input = t.index_of_id.find(e.inputs[k]);
+      if (input == t.index_of_id.end() || input->second >= i)
         f.at("inputs").items()[k].refuse("names value " + std::to_string(e.inputs[k]) +
                                          ", which is not recorded before it");
+    }
   }
 }
 
 Event read_event(const Field& f, const Tape& t) {
   Event ev;
   ev.node = static_cast<int32_t>(f.at("node").integer(0, kMaxId));
-  const Entry* producer = nullptr;
-  for (const Entry& e : t.values)
-    if (e.node == ev.node) producer = &e;
+  const auto produced = t.index_of_node.find(ev.node);
+  const Entry* producer = produced == t.index_of_node.end() ? nullptr : &t.values[produced->second];
   if (!producer) f.at("node").refuse("is node " + std::to_string(ev.node) + ", which no value in the tape came from");
   ev.op = f.at("op").string();
   if (ev.op != producer->op) f.at("op").refuse("is \"" + ev.op + "\" but node " + std::to_string(ev.node) + " is " + producer->op);
@@ -270,9 +276,7 @@ GradientCheck read_gradient_check(const Field& f, const Tape& t) {
   for (const Field& p : f.at("parameters").items()) {
     ParameterCheck pc;
     pc.id = static_cast<int32_t>(p.at("id").integer(-kMaxId, -1));
-    bool known = false;
-    for (const Entry& e : t.values) known = known || e.id == pc.id;
-    if (!known) p.at("id").refuse("is " + std::to_string(pc.id) + ", which is not a parameter in the tape");
+    if (!t.index_of_id.count(pc.id)) p.at("id").refuse("is " + std::to_string(pc.id) + ", which is not a parameter in the tape");
     pc.label = p.at("label").string();
     pc.max_error = p.at("max_error").number();
     pc.passed = p.at("passed").boolean();
@@ -315,12 +319,9 @@ Tape parse_tape(std::string_view text, const std::string& path) {
   Field backward = doc.at("backward");
   t.has_backward = !backward.is_null();
   if (t.has_backward) {
-    std::set<int32_t> nodes;
-    for (const Entry& e : t.values)
-      if (e.node >= 0) nodes.insert(e.node);
     for (const Field& v : backward.at("visits").items()) {
       const int32_t node = static_cast<int32_t>(v.integer(0, kMaxId));
-      if (!nodes.count(node)) v.refuse("is node " + std::to_string(node) + ", which no value in the tape came from");
+      if (!t.index_of_node.count(node)) v.refuse("is node " + std::to_string(node) + ", which no value in the tape came from");
       t.visits.push_back(node);
     }
     // Events come in visit order: each from the node being visited, or from one visited later.
@@ -338,10 +339,10 @@ Tape parse_tape(std::string_view text, const std::string& path) {
   return t;
 }
 
-Tape read_tape(const std::string& path) {
+Tape read_tape(const std::string& path, size_t max_bytes) {
   std::string text;
   try {
-    text = tapegrad::io::read_file(path);
+    text = tapegrad::io::read_file(path, max_bytes);
   } catch (const tapegrad::Error& e) {
     throw RefusedFile(std::string("[tape] ") + e.what());
   }

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "tapegrad/io/json.hpp"
@@ -87,6 +88,9 @@ struct Tape {
   std::vector<Event> events;
   std::optional<GradientCheck> gradient_check;
   json::Value document;  // the dump as parsed, for pages that embed it
+  // Where each id and each node's output sit in `values` (parse_tape fills both), so that lookups
+  // are constant time: a long chain's checks and views stay linear in its length.
+  std::unordered_map<int32_t, size_t> index_of_id, index_of_node;
 
   const Entry& entry(int32_t id) const;          // by graph id; the id must exist
   const Entry& producer(int32_t node) const;     // the value a node produced; the node must exist
@@ -94,9 +98,12 @@ struct Tape {
   std::string mode() const { return overwrite_bug ? "overwrite-bug" : "accumulate"; }
 };
 
+// The largest dump read_tape reads: 256 MiB (parsing takes several times a dump's size in memory).
+inline constexpr size_t kMaxDumpBytes = size_t{256} << 20;
+
 // Checks and converts a dump's text; `path` names it in errors.
 Tape parse_tape(std::string_view text, const std::string& path);
-// Reads and checks the file at `path`.
-Tape read_tape(const std::string& path);
+// Reads and checks the file at `path`: a regular file of at most `max_bytes`.
+Tape read_tape(const std::string& path, size_t max_bytes = kMaxDumpBytes);
 
 }  // namespace tape

@@ -1,11 +1,13 @@
 // Whole-file reads and atomic whole-file writes (see atomic_file.hpp).
 //
-// Rule: write to a unique temporary file in the target's folder (O_EXCL, so two writers never
-// share one), fsync it, rename it over the target, then fsync the folder so the rename itself is
-// on disk. Any failure before the rename removes the temporary file.
+// Rule: resolve the target through its symbolic links, remove its dead writers' temporary files,
+// write to a unique temporary file in the target's folder (O_EXCL, so two writers never share
+// one), fsync it, rename it over the target, then fsync the folder so the rename itself is on
+// disk. Any failure before the rename removes the temporary file.
 #include "tapegrad/io/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <system_error>
 
 #include "tapegrad/tensor/error.hpp"
 
@@ -27,6 +30,62 @@ std::string reason(int err) { return std::strerror(err); }
 std::string folder_of(const std::string& path) {
   std::string folder = std::filesystem::path(path).parent_path().string();
   return folder.empty() ? "." : folder;
+}
+
+// The file that writing `path` must replace: `path` itself, or the file its chain of symbolic
+// links ends at (which may not exist yet). Relative links are read from the link's own folder.
+std::string final_target(const std::string& path) {
+  constexpr int max_links = 40;  // as the kernel's own limit (ELOOP)
+  std::string at = path;
+  for (int hop = 0; hop < max_links; ++hop) {
+    struct stat info {};
+    if (::lstat(at.c_str(), &info) != 0 || !S_ISLNK(info.st_mode)) return at;
+    std::error_code error;
+    const std::filesystem::path link = std::filesystem::read_symlink(at, error);
+    if (error) throw Error("cannot write " + path + ": cannot read the symbolic link " + at + ": " + error.message());
+    at = link.is_absolute() ? link.string() : (std::filesystem::path(folder_of(at)) / link).string();
+  }
+  throw Error("cannot write " + path + ": more than " + std::to_string(max_links) +
+              " symbolic links to follow (a loop?)");
+}
+
+// The pid in `name` if it is exactly ".<file>.tmp-<pid>-<counter>-<random>", else -1.
+long temporary_pid(const std::string& name, const std::string& file) {
+  const std::string prefix = "." + file + ".tmp-";
+  if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return -1;
+  long pid = -1;
+  int fields = 0;
+  size_t i = prefix.size();
+  while (fields < 3) {
+    const size_t start = i;
+    long value = 0;
+    for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i)
+      if (__builtin_mul_overflow(value, 10L, &value) || __builtin_add_overflow(value, name[i] - '0', &value)) return -1;
+    if (i == start || i - start > 19) return -1;
+    if (fields == 0) pid = value;
+    ++fields;
+    if (fields < 3) {
+      if (i >= name.size() || name[i] != '-') return -1;
+      ++i;
+    }
+  }
+  return i == name.size() && pid > 0 ? pid : -1;
+}
+
+// Removes the temporary files that dead writers of `target` left in its folder (the rule in
+// atomic_file.hpp). Best effort: what cannot be listed or removed stays, and the write goes on.
+void remove_stale_temporaries(const std::string& target) {
+  const std::string file = std::filesystem::path(target).filename().string();
+  const std::string folder = folder_of(target);
+  const long self = static_cast<long>(::getpid());
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(folder, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    const long pid = temporary_pid(name, file);
+    if (pid <= 0 || pid == self || pid > static_cast<long>(INT32_MAX)) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    ::unlink((std::filesystem::path(folder) / name).c_str());
+  }
 }
 
 // A temporary name next to the target: ".<name>.tmp-<pid>-<counter>-<random>".
@@ -90,8 +149,10 @@ void sync_folder(const std::string& path) {
 }  // namespace
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
+  const std::string target = final_target(path);
+  remove_stale_temporaries(target);
   std::string temp_path;
-  const int fd = create_temporary(path, temp_path);
+  const int fd = create_temporary(target, temp_path);
   // Removes the temporary file, then throws "cannot write <path>: <what>: <reason>".
   auto fail = [&](const std::string& what, int err) {
     ::unlink(temp_path.c_str());
@@ -110,27 +171,63 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     const int err = errno;
     fail("cannot close the temporary file " + temp_path, err);
   }
-  if (std::rename(temp_path.c_str(), path.c_str()) != 0) {
+  if (std::rename(temp_path.c_str(), target.c_str()) != 0) {
     const int err = errno;
-    fail("cannot rename " + temp_path + " over it", err);
+    fail("cannot rename " + temp_path + " over " + (target == path ? std::string("it") : target), err);
   }
-  sync_folder(path);
+  sync_folder(target);
 }
 
-std::string read_file(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
+namespace {
+
+const char* file_type_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+
+}  // namespace
+
+std::string read_file(const std::string& path, size_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     const int err = errno;
     throw Error("cannot read " + path + ": " + reason(err));
   }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    const int err = errno;
+    throw Error("cannot read " + path + ": " + reason(err));
+  }
+  if (!S_ISREG(info.st_mode))
+    throw Error("cannot read " + path + ": it is not a regular file (" + file_type_name(info.st_mode) + ")");
+  if (info.st_size < 0 || static_cast<uint64_t>(info.st_size) > max_bytes)
+    throw Error("cannot read " + path + ": it is " + std::to_string(info.st_size) + " bytes, more than the " +
+                std::to_string(max_bytes) + " its reader accepts");
   std::string bytes;
+  bytes.reserve(static_cast<size_t>(info.st_size));
   char buffer[1 << 16];
-  size_t got = 0;
-  while ((got = std::fread(buffer, 1, sizeof buffer, file)) > 0) bytes.append(buffer, got);
-  const bool failed = std::ferror(file) != 0;
-  const int err = errno;
-  std::fclose(file);
-  if (failed) throw Error("cannot read " + path + ": " + reason(err));
+  for (;;) {
+    const ssize_t got = ::read(fd, buffer, sizeof buffer);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      throw Error("cannot read " + path + ": " + reason(err));
+    }
+    if (got == 0) break;
+    if (static_cast<size_t>(got) > max_bytes - bytes.size())  // it grew while being read
+      throw Error("cannot read " + path + ": it grew past the " + std::to_string(max_bytes) +
+                  " bytes its reader accepts while being read");
+    bytes.append(buffer, static_cast<size_t>(got));
+  }
   return bytes;
 }
 

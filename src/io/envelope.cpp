@@ -245,7 +245,17 @@ void write(const std::string& path, const EnvelopeIdentity& identity, uint64_t s
 }
 
 Checkpoint read(const std::string& path, const EnvelopeIdentity& expected) {
-  return decode(read_file(path), expected, path);
+  // The most read_file takes: 4 times the size of the envelope `expected` describes, plus 1 MiB,
+  // so that a checkpoint of other sizes or identities (or with trailing bytes) is still read and
+  // decode names what differs; a larger file is refused by its size.
+  uint64_t size = magic.size() + 4 + 4 * 4 + 4 * 8 + 4 + 4, max_bytes = 0;
+  bool overflow = false;
+  for (const std::string* text : {&expected.schema, &expected.learner, &expected.data, &expected.seed})
+    overflow |= __builtin_add_overflow(size, text->size(), &size);
+  overflow |= __builtin_add_overflow(size, expected.payload_bytes, &size);
+  overflow |= __builtin_mul_overflow(size, uint64_t{4}, &max_bytes);
+  overflow |= __builtin_add_overflow(max_bytes, uint64_t{1} << 20, &max_bytes);
+  return decode(read_file(path, overflow ? SIZE_MAX : static_cast<size_t>(max_bytes)), expected, path);
 }
 
 void append_u32(std::string& out, uint32_t value) {

@@ -62,7 +62,8 @@ Checkpoint decode(std::string_view bytes, const EnvelopeIdentity& expected, cons
 void write(const std::string& path, const EnvelopeIdentity& identity, uint64_t step,
            const std::vector<std::vector<float>>& planes);
 
-// read_file, then decode. Throws tapegrad::Error if the file cannot be read.
+// read_file, then decode. Throws tapegrad::Error if the file cannot be read, is not a regular
+// file, or is more than 4 times (plus 1 MiB) the size of the envelope `expected` describes.
 Checkpoint read(const std::string& path, const EnvelopeIdentity& expected);
 
 // ---- little-endian fields, byte by byte (independent of the host's byte order); shared with

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -171,6 +172,9 @@ static_assert(sizeof(Storage) <= kHeader);
 
 Storage* Storage::create(size_t nbytes, Device dev) {
   const bool host = dev.is_cpu();
+  if (host && nbytes > SIZE_MAX - kHeader - 64)  // the header and the rounding to 64 bytes must fit
+    throw Error("[tensor] cannot allocate " + std::to_string(nbytes) + " bytes on the host: with its header it is "
+                "more than fit in 64 bits");
   size_t block = 0;
   void* mem = host_block(kHeader + (host ? nbytes : 0), &block);
   Storage* s = new (mem) Storage();
@@ -208,7 +212,12 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
-  t.storage_ = Storage::create(static_cast<size_t>(shape.numel()) * dtype_size(dtype), device);
+  size_t nbytes = 0;  // numel fits an int64_t (shape.hpp); its bytes may still not fit a size_t
+  if (__builtin_mul_overflow(static_cast<size_t>(shape.numel()), dtype_size(dtype), &nbytes))
+    throw Error("[tensor] a " + std::string(dtype_name(dtype)) + " tensor of shape " + shape.str() + " (" +
+                std::to_string(shape.numel()) + " elements of " + std::to_string(dtype_size(dtype)) +
+                " bytes) needs more bytes than fit in 64 bits");
+  t.storage_ = Storage::create(nbytes, device);
   return t;
 }
 

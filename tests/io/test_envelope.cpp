@@ -22,28 +22,14 @@
 #include "tapegrad/io/atomic_file.hpp"
 #include "bob_formats.hpp"
 #include "tapegrad/io/envelope.hpp"
+#include "temp_dir.hpp"
 
 namespace io = tapegrad::io;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder under /tmp, removed with everything in it at the end of the test.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char name[] = "/tmp/tapegrad-ckpt-XXXXXX";
-    REQUIRE(::mkdtemp(name) != nullptr);
-    path = name;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-  std::set<std::string> entries() const {
-    std::set<std::string> names;
-    for (const auto& entry : fs::directory_iterator(path)) names.insert(entry.path().filename().string());
-    return names;
-  }
-};
+using tapegrad::testing::TempDir;
 
 // The "key value" lines of tests/fixtures/bob_golden.txt.
 std::map<std::string, std::string> golden() {
@@ -503,12 +489,25 @@ TEST_CASE("write_file_atomic that cannot rename removes its temporary file and k
   CHECK(io::read_file(path + "/inside") == "kept");
 }
 
+TEST_CASE("io::read refuses a file of more than 4 times the expected envelope (plus 1 MiB) by its size") {
+  TempDir dir;
+  const std::string path = dir.file("huge.ckpt");
+  const size_t bound = 4 * size_t{786695} + (size_t{1} << 20);  // bob's checkpoint is 786,695 bytes
+  io::write_file_atomic(path, std::string(bound + 1, 'x'));
+  CHECK_THROWS_WITH_AS(io::read(path, io::bob_checkpoint_identity()),
+                       ("cannot read " + path + ": it is 4195357 bytes, more than the 4195356 its reader accepts").c_str(),
+                       tapegrad::Error);
+  io::write_file_atomic(path, std::string(bound, 'x'));  // within the bound: read, then refused by its content
+  CHECK_THROWS_WITH_AS(io::read(path, io::bob_checkpoint_identity()),
+                       doctest::Contains(("checkpoint " + path + " refused: bad magic").c_str()), tapegrad::RefusedFile);
+}
+
 TEST_CASE("read_file names the path it cannot read") {
   TempDir dir;
   const std::string missing = dir.file("nothing.bin");
   CHECK_THROWS_WITH_AS(io::read_file(missing), ("cannot read " + missing + ": No such file or directory").c_str(),
                        tapegrad::Error);
-  CHECK_THROWS_WITH_AS(io::read_file(dir.path), ("cannot read " + dir.path + ": Is a directory").c_str(),
+  CHECK_THROWS_WITH_AS(io::read_file(dir.path), ("cannot read " + dir.path + ": it is not a regular file (a directory)").c_str(),
                        tapegrad::Error);
   CHECK_THROWS_WITH_AS(io::read(missing, io::bob_checkpoint_identity()),
                        ("cannot read " + missing + ": No such file or directory").c_str(), tapegrad::Error);

@@ -2,14 +2,22 @@
 // tape, of an unknown version, with a field missing, of the wrong type, or contradicting another.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
 #include <functional>
 
+#include "tapegrad/io/atomic_file.hpp"
 #include "tapegrad/tensor/error.hpp"
 #include "tapegrad/tape/tape_dump.hpp"
 #include "tapegrad/ops/ops.hpp"
+#include "messages.hpp"
 #include "tape_file.hpp"
 
 using namespace tapegrad;
+namespace io = tapegrad::io;
+using tapegrad::testing::message_of;
 
 namespace {
 
@@ -120,4 +128,48 @@ TEST_CASE("fields that contradict each other are refused") {
   CHECK(refusal([](json::Value& d) { d.find("backward")->find("visits")->as_array() = {3, 0, 1, 2}; }) ==
         "[tape] t.json: backward.events[3].node is node 1, which the visit order does not reach at this point "
         "(events must follow the visits)");
+}
+
+TEST_CASE("a shape whose element count overflows is refused by field, not read as a few elements") {
+  // 4611686018427387905 * 4 wraps to 4 in 64 bits: unchecked, it would pass as 4 elements.
+  const json::Value huge = json::Value::Array{json::Value(int64_t{4611686018427387905}), json::Value(4)};
+  CHECK(refusal([&](json::Value& d) { value_at(d, 0).set("shape", huge); }) ==
+        "[tape] t.json: values[0].shape is (4611686018427387905, 4), which has more elements than fit in 64 bits");
+  CHECK(refusal([&](json::Value& d) { value_at(d, 0).find("value")->set("shape", huge); }) ==
+        "[tape] t.json: values[0].value.shape is (4611686018427387905, 4), which has more elements than fit in 64 "
+        "bits");
+  CHECK(refusal([&](json::Value& d) { event_at(d, 0).find("contribution")->set("shape", huge); }) ==
+        "[tape] t.json: backward.events[0].contribution.shape is (4611686018427387905, 4), which has more elements "
+        "than fit in 64 bits");
+  // An extent of 0 still needs the other extents' product to fit.
+  const json::Value zero = json::Value::Array{json::Value(int64_t{4611686018427387905}), json::Value(0), json::Value(4)};
+  CHECK(refusal([&](json::Value& d) { value_at(d, 0).set("shape", zero); }) ==
+        "[tape] t.json: values[0].shape is (4611686018427387905, 0, 4), which has more elements than fit in 64 bits");
+}
+
+TEST_CASE("read_tape reads regular files of at most its bound (256 MiB by default)") {
+  CHECK(tape::kMaxDumpBytes == size_t{256} << 20);
+  char name[] = "/tmp/tapegrad-tape-XXXXXX";
+  REQUIRE(::mkdtemp(name) != nullptr);
+  const std::string folder = name, path = folder + "/t.json", fifo = folder + "/pipe";
+  const std::string text = json::dumps(sample_dump(), 1);
+  io::write_file_atomic(path, text);
+  CHECK(tape::read_tape(path).values.size() == 9);
+  CHECK(message_of([&] { tape::read_tape(path, text.size() - 1); }) ==
+        "[tape] cannot read " + path + ": it is " + std::to_string(text.size()) + " bytes, more than the " +
+            std::to_string(text.size() - 1) + " its reader accepts");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(message_of([&] { tape::read_tape(fifo); }) == "[tape] cannot read " + fifo + ": it is not a regular file (a FIFO)");
+  CHECK(message_of([] { tape::read_tape("/dev/zero"); }) ==
+        "[tape] cannot read /dev/zero: it is not a regular file (a character device)");
+  std::filesystem::remove_all(folder);
+}
+
+TEST_CASE("the indices: entry() and producer() find values by id and node, and refuse others") {
+  const tape::Tape t = tape::parse_tape(json::dumps(sample_dump(), 1), "t.json");
+  CHECK(t.entry(-2).label == "weights");
+  CHECK(t.entry(1).op == "gather");
+  CHECK(t.producer(3).op == "cross_entropy");
+  CHECK(message_of([&] { t.entry(42); }) == "[tape] t.json: no value with id 42");
+  CHECK(message_of([&] { t.producer(9); }) == "[tape] t.json: no value produced by node 9");
 }

@@ -26,6 +26,52 @@ TEST_CASE("a Tensor is a handle: copies share bytes, clone() copies them, reshap
   CHECK(Tensor::zeros(Shape{0, 5}, DType::f32).numel() == 0);
 }
 
+TEST_CASE("a Shape's element count is checked where the Shape is made or changed") {
+  CHECK(message_of([] { Shape{4611686018427387905, 4}; }) ==
+        "[shape] (4611686018427387905, 4) has more elements than fit in 64 bits");
+  const std::vector<int64_t> dims{3037000500, 3037000500};  // the square just above INT64_MAX
+  CHECK(message_of([&] { Shape(dims.begin(), dims.end()); }) ==
+        "[shape] (3037000500, 3037000500) has more elements than fit in 64 bits");
+  CHECK(Shape{3037000499, 3037000499}.numel() == int64_t{3037000499} * 3037000499);
+
+  Shape s{1 << 20, 1 << 20};
+  CHECK(message_of([&] { s.push_back(int64_t{1} << 23); }) ==
+        "[shape] (1048576, 1048576, 8388608) has more elements than fit in 64 bits");
+  CHECK(s == Shape{1 << 20, 1 << 20});  // a refused push_back leaves the Shape as it was
+  CHECK(s.numel() == int64_t{1} << 40);
+  CHECK(message_of([&] { s.push_back(-1); }) == "[shape] negative extent -1");
+  CHECK(message_of([] { Shape{1, 1, 1, 1, 1, 1, 1}; }) == "[shape] tensors have at most 6 dimensions");
+
+  s.set(1, 3);
+  CHECK(s == Shape{1 << 20, 3});
+  CHECK(s.numel() == 3 << 20);
+  CHECK(message_of([&] { s.set(1, INT64_MAX); }) ==
+        "[shape] (1048576, 9223372036854775807) has more elements than fit in 64 bits");
+  CHECK(message_of([&] { s.set(0, -2); }) == "[shape] negative extent -2");
+  CHECK(message_of([&] { s.set(2, 1); }) == "[shape] set(2, 1) on (1048576, 3), which has 2 dimensions");
+  CHECK(s == Shape{1 << 20, 3});
+  CHECK(s.numel() == 3 << 20);
+  s.set(0, 0);
+  CHECK(s.numel() == 0);
+
+  // An extent of 0 gives 0 elements, but the other extents' product (the strides) must still fit.
+  CHECK(Shape{0, INT64_MAX}.numel() == 0);
+  CHECK(message_of([] { Shape{INT64_MAX, 0, 2}; }) ==
+        "[shape] (9223372036854775807, 0, 2) has more elements than fit in 64 bits");
+}
+
+TEST_CASE("Tensor::empty refuses a byte count that does not fit a size_t") {
+  CHECK(message_of([] { Tensor::empty(Shape{int64_t{1} << 61}, DType::f64); }) ==
+        "[tensor] a f64 tensor of shape (2305843009213693952,) (2305843009213693952 elements of 8 bytes) needs more "
+        "bytes than fit in 64 bits");
+  CHECK(message_of([] { Tensor::zeros(Shape{int64_t{1} << 31, int64_t{1} << 31}, DType::f32); }) ==
+        "[tensor] a f32 tensor of shape (2147483648, 2147483648) (4611686018427387904 elements of 4 bytes) needs more "
+        "bytes than fit in 64 bits");
+  CHECK(message_of([] { Tensor::empty(Shape{(int64_t{1} << 61) - 1}, DType::f64); }) ==
+        "[tensor] cannot allocate 18446744073709551608 bytes on the host: with its header it is more than fit in 64 "
+        "bits");
+}
+
 TEST_CASE("every dtype converts through from_doubles and to_doubles") {
   const std::vector<double> v{-2.5, 0, 1, 3.25};
   for (DType t : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
