@@ -75,7 +75,15 @@ std::string one_line(std::string_view text) {
 
 // ---- files and processes
 
-io::BobRecord read_record(const std::string& path) { return io::decode_record(io::read_file(path), path); }
+// Bounds on what bob reads: a record is 1,564 bytes (one more lets decode_record name a wrong size);
+// a checkpoint is 786,695, and a foreign envelope a few times that still gets its fields named.
+constexpr size_t kMaxRecordBytes = io::bob_record_bytes + 1;
+constexpr size_t kMaxCheckpointBytes = 4 * 786695 + (size_t{1} << 20);
+constexpr size_t kMaxCorpusBytes = size_t{64} << 20;
+
+io::BobRecord read_record(const std::string& path) {
+  return io::decode_record(io::read_file(path, kMaxRecordBytes), path);
+}
 
 // A fresh folder under $TMPDIR (or /tmp), removed with everything in it unless keep() was called.
 class TemporaryFolder {
@@ -293,7 +301,8 @@ std::string field_text(const EnvelopeField& field, std::string_view bytes, const
 // ---- fixture
 
 void fixture(const FixtureOptions& options) {
-  const std::string corpus = options.corpus.empty() ? std::string(default_corpus) : io::read_file(options.corpus);
+  const std::string corpus =
+      options.corpus.empty() ? std::string(default_corpus) : io::read_file(options.corpus, kMaxCorpusBytes);
   const std::string corpus_name = options.corpus.empty() ? std::string(default_corpus_name) : options.corpus;
   const io::BobRecord record = io::make_record(corpus, options.offset, options.prompts);
   io::write_file_atomic(options.out, io::encode_record(record));
@@ -327,7 +336,8 @@ void train(const TrainOptions& options) {
 
   std::optional<io::Checkpoint> start;
   const std::optional<std::string> checkpoint_before =
-      io::file_exists(options.checkpoint) ? std::optional(io::read_file(options.checkpoint)) : std::nullopt;
+      io::file_exists(options.checkpoint) ? std::optional(io::read_file(options.checkpoint, kMaxCheckpointBytes))
+                                          : std::nullopt;
   if (options.resume) {
     if (!checkpoint_before)
       throw Error("--resume needs a checkpoint, but " + options.checkpoint +
@@ -392,7 +402,7 @@ void train(const TrainOptions& options) {
   } catch (const Error& e) {
     std::optional<std::string> on_disk;
     try {
-      if (!checkpoint_bytes.empty()) on_disk = io::read_file(options.checkpoint);
+      if (!checkpoint_bytes.empty()) on_disk = io::read_file(options.checkpoint, kMaxCheckpointBytes);
     } catch (const Error&) {
     }
     if (on_disk && *on_disk == checkpoint_bytes && on_disk != checkpoint_before)  // renamed, then the sync failed
@@ -421,7 +431,7 @@ void train(const TrainOptions& options) {
 // ---- inspect
 
 int inspect(const std::string& path) {
-  const std::string bytes = io::read_file(path);
+  const std::string bytes = io::read_file(path, kMaxCheckpointBytes);
   const io::EnvelopeIdentity bob = io::bob_checkpoint_identity();
   std::printf("checkpoint %s: %zu bytes\n", path.c_str(), bytes.size());
 
@@ -482,7 +492,7 @@ int verify_resume(const VerifyOptions& options) {
     std::fflush(stdout);
   }
 
-  const std::string resumed = io::read_file(checkpoint);
+  const std::string resumed = io::read_file(checkpoint, kMaxCheckpointBytes);
   const std::string difference = describe_difference(resumed, one_process, "the resumed checkpoint", "one process");
   if (!difference.empty()) {
     folder.keep();

@@ -681,9 +681,8 @@ TEST_CASE("kill -9 at a random moment, 40 times: the checkpoint is the old or th
   if (current + 1 == chain.size()) next_in_chain();
   CHECK(train(record, checkpoint, "--resume") == chain[current + 1]);
   CHECK_FALSE(io::file_exists(checkpoint + ".lock"));
-  // needs the atomic_file cleanup (rel-r3): stale temporary files of dead pids are removed by the next
-  // write to the same target. Until that branch is merged this is a WARN (printed, not failing);
-  // make it a CHECK then.
-  WARN_MESSAGE(names_starting(folder.path, ".bob.ckpt.tmp-").empty(),
-               "temporary files of killed writers survive the next start (needs rel-r3's cleanup)");
+  // and the killed writers' temporary files are gone: the next write to the checkpoint removes those
+  // of dead pids (src/io/atomic_file.hpp)
+  CHECK_MESSAGE(names_starting(folder.path, ".bob.ckpt.tmp-").empty(),
+                "temporary files of killed writers survive the next start");
 }
