@@ -7,14 +7,13 @@
 //   bob inspect CKPT
 //   bob verify-resume --input REC [--invocations N] [--device cpu|cuda[:N]] [--no-graph]
 //
-// Exit codes (docs/bob.md, "Exit codes"): 0 done; 2 bad input, a refused file or a device that
-// cannot run it (nothing is written); 1 an internal failure, or verify-resume found a difference.
-#include <CLI/CLI.hpp>
-
+// Exit codes (docs/bob.md, "Exit codes"): 0 done; 2 bad input (a bad flag, a count out of range, out of memory),
+// a refused file or a device that cannot run it (nothing is written); 1 an internal failure, or
+// verify-resume found a difference.
 #include <cstdio>
 
+#include "app_main.hpp"
 #include "commands.hpp"
-#include "tapegrad/tensor/error.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"bob: a resumable byte-level next-byte trainer (docs/bob.md), built on tapegrad's graph.\n"
@@ -24,7 +23,8 @@ int main(int argc, char** argv) {
   bob::FixtureOptions fixture;
   CLI::App* fixture_cmd = app.add_subcommand("fixture", "write an input record: 257 corpus bytes and up to 3 prompts");
   fixture_cmd->add_option("--corpus", fixture.corpus, "a file of raw bytes (default: the built-in corpus)");
-  fixture_cmd->add_option("--offset", fixture.offset, "where the 257 bytes start (default 0)");
+  fixture_cmd->add_option("--offset", fixture.offset, "where the 257 bytes start (default 0)")
+      ->check(apps::integer_range(0, uint64_t{1} << 40));  // 1 TiB: no offset + 257 can overflow;
   fixture_cmd->add_option("--prompt", fixture.prompts, "a prompt (repeat for up to 3; missing ones are empty)");
   fixture_cmd->add_option("--out", fixture.out, "the record to write (atomically)")->required();
 
@@ -53,31 +53,17 @@ int main(int argc, char** argv) {
   CLI::App* verify_cmd = app.add_subcommand(
       "verify-resume", "N invocations as separate processes against the same updates in one: equal bit for bit?");
   verify_cmd->add_option("--input", verify.input, "the input record")->required();
-  verify_cmd->add_option("--invocations", verify.invocations, "how many invocations (default 3)");
+  verify_cmd->add_option("--invocations", verify.invocations, "how many invocations (default 3)")
+      ->check(apps::integer_range(1, 1000));;
   verify_cmd->add_option("--device", verify.device, "cpu (default) or cuda[:N]");
   verify_cmd->add_flag("--no-graph", verify.no_graph, "on CUDA, run every invocation op by op (no CUDA graph)");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);  // prints the help or the parse error
-    return code == 0 ? 0 : 2;
-  }
-
-  try {
+  return apps::run_main(app, "bob", argc, argv, [&] {
     if (*fixture_cmd) bob::fixture(fixture);
     else if (*train_cmd) bob::train(train);
     else if (*inspect_cmd) return bob::inspect(inspect_path);
     else if (*verify_cmd) return bob::verify_resume(verify);
     else bob::main_job();
     return 0;
-  } catch (const tapegrad::Error& e) {  // also RefusedFile and DeviceError
-    std::fflush(stdout);
-    std::fprintf(stderr, "bob: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "bob: internal failure: %s\n", e.what());
-    return 1;
-  }
+  });
 }

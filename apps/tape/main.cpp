@@ -9,14 +9,13 @@
 //   tape ops                            every op's shapes, forward and backward rule (docs/ops.md)
 //
 // Exit codes: 0 done, 2 bad input (an unreadable, malformed, truncated or unknown-version dump, or
-// bad arguments); nothing is written when the input is refused.
-#include <CLI/CLI.hpp>
+// bad arguments; out of memory); 1 an internal failure; nothing is written when the input is refused.
 #include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
 
-#include "tapegrad/tensor/error.hpp"
+#include "app_main.hpp"
 #include "tapegrad/io/atomic_file.hpp"
 #include "tapegrad/ops/op_table.hpp"
 #include "stepper.hpp"
@@ -47,17 +46,11 @@ int main(int argc, char** argv) {
   html->add_option("-o,--output", out_path, "the page to write")->required();
   CLI::App* ops_table = app.add_subcommand("ops", "the derivatives table: every op's shapes, forward and backward rule");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-
-  if (*ops_table) {
-    print(tapegrad::ops::op_table_markdown());
-    return 0;
-  }
-  try {
+  return apps::run_main(app, "tape", argc, argv, [&] {
+    if (*ops_table) {
+      print(tapegrad::ops::op_table_markdown());
+      return 0;
+    }
     std::vector<tape::Tape> tapes;
     for (const std::string& f : files) tapes.push_back(tape::read_tape(f));
     if (*show) {
@@ -73,9 +66,6 @@ int main(int argc, char** argv) {
       tapegrad::io::write_file_atomic(out_path, tape::to_html(tapes));
       std::fprintf(stderr, "tape: wrote %s; open it in a browser (it needs no network)\n", out_path.c_str());
     }
-  } catch (const tapegrad::Error& e) {
-    std::fprintf(stderr, "tape: %s\n", e.what());
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

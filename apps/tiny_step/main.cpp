@@ -9,14 +9,13 @@
 //   tiny_step --dump-tape FILE     also write the step's tape dump (docs/tape-format.md); the
 //                                  trace is printed (or written, or checked) as without it
 //
-// Exit codes: 0 done, 1 --check found a difference, 2 bad input or an unusable device (CUDA not
-// built, no device, out of device memory; nothing is written).
-#include <CLI/CLI.hpp>
-
+// Exit codes: 0 done, 1 --check found a difference (or an internal failure), 2 bad input: a bad
+// flag, a refused config, a config whose gradient check asks for too much work, out of memory, or an
+// unusable device (CUDA not built, no device, out of device memory); nothing is written.
 #include <cstdio>
-#include <iostream>
 #include <sstream>
 
+#include "app_main.hpp"
 #include "tapegrad/io/atomic_file.hpp"
 #include "tiny_model.hpp"
 
@@ -47,25 +46,17 @@ int main(int argc, char** argv) {
   app.add_option("--device", device_name, "cpu or cuda");
   app.add_flag("--overwrite-bug", overwrite_bug, "gradient contributions overwrite instead of add");
   app.add_option("--dump-tape", dump_path, "write the step's tape dump to FILE (see docs/tape-format.md)");
-  CLI11_PARSE(app, argc, argv);
-
-  std::string text;
-  try {
-    tiny::Config config = config_path.empty() ? tiny::Config{} : tiny::load_config(config_path);
+  return apps::run_main(app, "tiny_step", argc, argv, [&] {
+    const tiny::Config config = config_path.empty() ? tiny::Config{} : tiny::load_config(config_path);
     tiny::TraceOptions options;
     options.overwrite_bug = overwrite_bug;
     options.dump_tape = dump_path;
     const tapegrad::Device device = tapegrad::parse_device(device_name);
-    text = tapegrad::json::dumps(tiny::trace(config, device, options)) + "\n";
+    const std::string text = tapegrad::json::dumps(tiny::trace(config, device, options)) + "\n";
     tapegrad::synchronize(device);  // the end of the step: the device's kernels finished without error
-  } catch (const tapegrad::Error& e) {
-    std::fprintf(stderr, "tiny_step: %s\n", e.what());
-    return 2;
-  }
 
-  try {
     if (!check_path.empty()) {
-      std::string have = tapegrad::io::read_file(check_path);
+      const std::string have = tapegrad::io::read_file(check_path);
       if (have != text) {
         std::fprintf(stderr, "tiny_step: %s is out of date: %s\n", check_path.c_str(), first_difference(text, have).c_str());
         return 1;
@@ -76,9 +67,6 @@ int main(int argc, char** argv) {
     } else {
       std::fwrite(text.data(), 1, text.size(), stdout);
     }
-  } catch (const tapegrad::Error& e) {
-    std::fprintf(stderr, "tiny_step: %s\n", e.what());
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

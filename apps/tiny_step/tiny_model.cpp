@@ -113,6 +113,22 @@ void validate(const Config& c) {
   check_rate(c.learning_rate);
   for (const auto& lr : c.learning_rate_sweep) check_rate(lr);
   check_rate(c.large_learning_rate);
+  check_work(c);
+}
+
+void check_work(const Config& c) {
+  // parameters P = 2*V*d + V; a forward pass ~ B*V*(d + 2) (the matmul, the bias, the softmax);
+  // the check makes two forward passes a parameter.
+  const int64_t V = static_cast<int64_t>(c.vocab.size()), d = c.embed_dim, B = static_cast<int64_t>(c.inputs.size());
+  int64_t params = 0, forward = 0, work = 0;
+  const bool overflow = __builtin_mul_overflow(2 * V, d, &params) || __builtin_add_overflow(params, V, &params) ||
+                        __builtin_mul_overflow(B, V, &forward) || __builtin_mul_overflow(forward, d + 2, &forward) ||
+                        __builtin_mul_overflow(2 * params, forward, &work);
+  if (overflow || work > max_check_work)
+    throw Error("[config] the gradient check asks for about " + (overflow ? std::string("more than 2^63") : std::to_string(work)) +
+                " operations (2 x " + std::to_string(params) + " parameters x " + std::to_string(forward) +
+                " per forward pass of " + std::to_string(B) + " examples); the limit is " + std::to_string(max_check_work) +
+                ": use a smaller vocab, embed_dim or batch");
 }
 
 // ---- model
@@ -326,6 +342,12 @@ json::Value trace(const Config& c, Device device, const TraceOptions& options) {
   (void)updated_bug;
 
   const double max_error = tapegrad::max_gradient_error(grads, numeric);
+  // inf or nan: a loss with a cell moved by epsilon is infinite, where the reference's math.log(0)
+  // raises before floor(log10(error)) could (which would raise too).
+  if (!std::isfinite(max_error))
+    throw Error("the gradient check's max error is " + py::float_repr(max_error) + ": a loss with a cell moved by " +
+                "epsilon " + shown(c.epsilon) + " is infinite, a target's probability underflowed to 0 (the " +
+                "reference fails with 'math domain error' here)");
   if (!(max_error > 0))
     throw Error("the gradient check's max error is " + py::float_repr(max_error) +
                 ": log10 is undefined (the reference fails with 'math domain error' here)");

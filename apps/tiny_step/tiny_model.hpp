@@ -32,8 +32,14 @@ struct Config {
 
 // Reads and validates a config file (every key optional); throws tapegrad::Error naming the key.
 Config load_config(const std::string& path);
-// Checks what the reference would refuse: unknown tokens, empty or mismatched batch, bad rates.
+// Checks what the reference would refuse: unknown tokens, empty or mismatched batch, bad rates;
+// and check_work.
 void validate(const Config& c);
+
+// The gradient check costs about 2 * parameters * a forward pass's operations (docs/tiny_step.md,
+// "Limits"); a config that asks for more than this is refused, naming how much it asks for.
+constexpr int64_t max_check_work = int64_t{1000000000};  // about 10 s on one core
+void check_work(const Config& c);
 
 struct Model {
   Graph g;

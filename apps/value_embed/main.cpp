@@ -7,11 +7,12 @@
 //   value_embed --dump-tape FILE                     also write the first step's tape dump
 //   value_embed --bench [--bench-out DIR]            the benchmark table on cuda:0 at the seed's sizes (CUDA builds)
 //
-// Exit codes: 0 done, 2 bad input or no device.
-#include <CLI/CLI.hpp>
-
+// Exit codes: 0 done, 1 an internal failure, 2 bad input (a bad flag, a size out of its range or
+// too large for memory) or no device. Every size has a limit (model.hpp) checked before any
+// allocation.
 #include <cstdio>
 
+#include "app_main.hpp"
 #include "tapegrad/config.hpp"
 #include "model.hpp"
 #include "text.hpp"
@@ -27,25 +28,33 @@ int main(int argc, char** argv) {
   std::string bench_out;
   int runs = 50;
   app.add_option("--device", device, "cpu or cuda");
-  app.add_option("--planes", c.planes, "P, value planes")->capture_default_str();
-  app.add_option("--vocab", c.vocab, "V, rows per plane (0: the text's distinct tokens)")->capture_default_str();
-  app.add_option("--dim", c.dim, "D, the embedding width")->capture_default_str();
-  app.add_option("--tokens", c.tokens, "T, tokens per step")->capture_default_str();
-  app.add_option("--steps", c.steps, "training steps")->capture_default_str();
-  app.add_option("--accum", c.accum, "steps the buffer gathers before each pull")->capture_default_str();
+  app.add_option("--planes", c.planes, "P, value planes")
+      ->check(apps::integer_range(1, ve_app::max_planes))->capture_default_str();
+  app.add_option("--vocab", c.vocab, "V, rows per plane (0: the text's distinct tokens)")
+      ->check(apps::integer_range(0, ve_app::max_vocab))->capture_default_str();
+  app.add_option("--dim", c.dim, "D, the embedding width")
+      ->check(apps::integer_range(1, ve_app::max_dim))->capture_default_str();
+  app.add_option("--tokens", c.tokens, "T, tokens per step")
+      ->check(apps::integer_range(1, ve_app::max_tokens))->capture_default_str();
+  app.add_option("--steps", c.steps, "training steps")
+      ->check(apps::integer_range(1, ve_app::max_steps))->capture_default_str();
+  app.add_option("--accum", c.accum, "steps the buffer gathers before each pull")
+      ->check(apps::integer_range(1, ve_app::max_accum))->capture_default_str();
   app.add_option("--table", table, "the table's dtype: f32 or bf16 (its planes are f32 either way)")->capture_default_str();
   app.add_option("--buffer", buffer, "the buffer's dtype: f16 or f32")->capture_default_str();
   app.add_flag("--deterministic", deterministic, "sorted segment sums instead of atomics");
-  app.add_option("--lr", c.lr, "dense AdamW's learning rate (mix, W, b)")->capture_default_str();
-  app.add_option("--table-lr", c.table_lr, "sparse AdamW's learning rate (the table)")->capture_default_str();
-  app.add_option("--seed", c.seed, "initialization seed")->capture_default_str();
+  app.add_option("--lr", c.lr, "dense AdamW's learning rate (mix, W, b)")
+      ->check(apps::positive_float())->capture_default_str();
+  app.add_option("--table-lr", c.table_lr, "sparse AdamW's learning rate (the table)")
+      ->check(apps::positive_float())->capture_default_str();
+  app.add_option("--seed", c.seed, "initialization seed")
+      ->check(apps::integer_range(0, UINT64_MAX))->capture_default_str();
   app.add_option("--dump-tape", c.dump_tape, "write the first step's tape dump to FILE (docs/tape-format.md)");
   app.add_flag("--bench", bench, "print the benchmark table on cuda:0 (P=4, V=50304, D=768 unless given)");
-  app.add_option("--runs", runs, "--bench: runs per measurement (the median is shown)")->capture_default_str();
+  app.add_option("--runs", runs, "--bench: runs per measurement (the median is shown)")
+      ->check(apps::integer_range(1, ve_app::max_runs))->capture_default_str();
   app.add_option("--bench-out", bench_out, "--bench: write the inputs and buffers for bench/value_embed/baseline.py here");
-  CLI11_PARSE(app, argc, argv);
-
-  try {
+  return apps::run_main(app, "value_embed", argc, argv, [&] {
     c.device = tapegrad::parse_device(device);
     if (buffer != "f16" && buffer != "f32") throw tapegrad::Error("[value_embed] --buffer must be f16 or f32, got " + buffer);
     c.buffer = buffer == "f16" ? tapegrad::DType::f16 : tapegrad::DType::f32;
@@ -58,6 +67,7 @@ int main(int argc, char** argv) {
       if (app.count("--planes")) b.planes = c.planes;
       if (app.count("--vocab")) b.vocab = c.vocab;
       if (app.count("--dim")) b.dim = c.dim;
+      ve_app::check_sizes(b.planes, b.vocab, b.dim, 0);
       b.runs = runs;
       b.out_dir = bench_out;
       ve_app::run_bench(b, stdout);
@@ -67,9 +77,6 @@ int main(int argc, char** argv) {
 #endif
     }
     ve_app::train(c, ve_app::tokenize(ve_app::kText), stdout);
-  } catch (const tapegrad::Error& e) {
-    std::fprintf(stderr, "value_embed: %s\n", e.what());
-    return 2;
-  }
-  return 0;
+    return 0;
+  });
 }

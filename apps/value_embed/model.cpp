@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <initializer_list>
 #include <map>
 #include <random>
 
@@ -55,6 +56,23 @@ Corpus tokenize(const std::string& text) {
   return c;
 }
 
+void check_sizes(int64_t planes, int64_t vocab, int64_t dim, int64_t tokens) {
+  auto check = [](const std::string& what, std::initializer_list<int64_t> factors) {
+    int64_t n = 1;
+    bool overflow = false;
+    for (int64_t f : factors) overflow = overflow || __builtin_mul_overflow(n, f, &n);
+    if (overflow || n > max_elements)
+      throw Error("[value_embed] " + what + " = " + (overflow ? std::string("more than 2^63") : std::to_string(n)) +
+                  " elements; at most " + std::to_string(max_elements) + " (use smaller sizes)");
+  };
+  const std::string p = std::to_string(planes), v = std::to_string(vocab), d = std::to_string(dim),
+                    t = std::to_string(tokens);
+  check("the table P*V*D = " + p + "*" + v + "*" + d, {planes, vocab, dim});
+  check("W's D*V = " + d + "*" + v, {dim, vocab});
+  check("the planes' P*T*D = " + p + "*" + t + "*" + d, {planes, tokens, dim});
+  check("the logits' T*V = " + t + "*" + v, {tokens, vocab});
+}
+
 void validate(const Config& c, const Corpus& corpus) {
   const int64_t distinct = static_cast<int64_t>(corpus.words.size()), n = static_cast<int64_t>(corpus.ids.size());
   auto refuse = [](const std::string& what) { throw Error("[value_embed] " + what); };
@@ -68,6 +86,7 @@ void validate(const Config& c, const Corpus& corpus) {
            " tokens), got " + std::to_string(c.tokens));
   if (c.steps < 1) refuse("--steps must be at least 1, got " + std::to_string(c.steps));
   if (c.accum < 1) refuse("--accum must be at least 1, got " + std::to_string(c.accum));
+  check_sizes(c.planes, c.vocab ? c.vocab : distinct, c.dim, c.tokens);
 }
 
 namespace {

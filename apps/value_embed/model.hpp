@@ -47,8 +47,21 @@ struct Corpus {
 };
 Corpus tokenize(const std::string& text);
 
+// The flags' limits (main.cpp refuses a value outside them by name): far above the seed's sizes
+// (P = 4, V = 50304, D = 768), far below what would overflow a size.
+constexpr int max_planes = 64;
+constexpr int64_t max_vocab = int64_t{1} << 20, max_dim = int64_t{1} << 14, max_tokens = int64_t{1} << 20;
+constexpr int max_steps = 1000000, max_accum = 1000000, max_runs = 10000;
+// No tensor of the model (the table P*V*D, the planes P*T*D, W D*V, the logits T*V) may hold more
+// elements than this (1 GiB in f32; its initialization takes 2 GiB more).
+constexpr int64_t max_elements = int64_t{1} << 28;
+
+// Refuses, naming the product, sizes whose tensors would overflow or exceed max_elements: called
+// before anything is allocated. `tokens` 0: no step (the benchmark's sizes).
+void check_sizes(int64_t planes, int64_t vocab, int64_t dim, int64_t tokens);
+
 // Checks the config against the corpus (vocab at least the distinct tokens, T below the text's
-// length, positive sizes); throws tapegrad::Error naming the flag.
+// length, positive sizes, check_sizes); throws tapegrad::Error naming the flag.
 void validate(const Config& c, const Corpus& corpus);
 
 // Trains and prints one line per pull to `out`, then the loss over the whole text before and after

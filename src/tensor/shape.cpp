@@ -64,16 +64,21 @@ void Shape::set(int i, int64_t extent) {
 std::string Shape::str() const { return tuple_str(d_, n_); }
 
 Device parse_device(std::string_view text) {
+  constexpr int max_index = 1023;  // far above any host's device count; keeps the index from overflowing
   if (text == "cpu") return Device::cpu();
   if (text == "cuda") return Device::cuda(0);
   if (text.substr(0, 5) == "cuda:" && text.size() > 5) {
-    int idx = 0;
-    for (char c : text.substr(5)) {
-      if (c < '0' || c > '9') idx = -1;
-      if (idx < 0) break;
-      idx = idx * 10 + (c - '0');
+    const std::string_view digits = text.substr(5);
+    if (digits.find_first_not_of("0123456789") == std::string_view::npos) {
+      int idx = 0;
+      for (char c : digits) {
+        idx = idx * 10 + (c - '0');
+        if (idx > max_index)
+          throw Error("[device] device '" + std::string(text) + "' is out of range: expected cuda:N with N from 0 to " +
+                      std::to_string(max_index));
+      }
+      return Device::cuda(idx);
     }
-    if (idx >= 0) return Device::cuda(idx);
   }
   throw Error("[device] unknown device '" + std::string(text) + "': expected cpu, cuda or cuda:N");
 }

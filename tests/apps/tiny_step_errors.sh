@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tiny_step's refusals: each bad config prints a clear error, exits 2 and writes nothing;
-# --check names the first differing line and exits 1.
+# tiny_step's refusals: each bad config (one whose gradient check would ask for too much work, or
+# give an infinite error, included) prints a clear error, exits 2 and writes nothing; --check names
+# the first differing line and exits 1. Its bad flags are in cli_errors.sh.
 set -u
 TINY=$1
 work=$(mktemp -d)
@@ -40,6 +41,11 @@ expect_refusal dim_float '{"embed_dim": 2.0}' "embed_dim must be an integer from
 expect_refusal seed_float '{"seed": 7.5}' "seed must be an integer, got 7.5"
 expect_refusal epsilon_zero '{"epsilon": 0}' "epsilon must be a finite nonzero number, got 0"
 expect_refusal lr_string '{"learning_rate": "0.5"}' "learning_rate must be a number, got string"
+expect_refusal inf_error '{"vocab": ["a", "b"], "inputs": ["a"], "targets": ["b"], "epsilon": 1000}' \
+  "the gradient check's max error is inf: a loss with a cell moved by epsilon 1000 is infinite"
+tokens=$(for i in $(seq 0 1999); do printf '"t%d",' "$i"; done); tokens="[${tokens%,}]"
+expect_refusal too_much_work "{\"vocab\": $tokens, \"inputs\": $tokens, \"targets\": $tokens, \"embed_dim\": 64}" \
+  "the gradient check asks for about 136224000000000 operations (2 x 258000 parameters x 264000000 per forward pass of 2000 examples); the limit is 1000000000"
 "$TINY" --config "$work/does-not-exist.json" > /dev/null 2> "$work/nofile.err"
 if [[ $? -eq 2 ]] && grep -q "does-not-exist.json" "$work/nofile.err"; then passes=$((passes+1)); else echo "FAIL missing file"; fails=$((fails+1)); fi
 
