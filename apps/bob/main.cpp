@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
       "verify-resume", "N invocations as separate processes against the same updates in one: equal bit for bit?");
   verify_cmd->add_option("--input", verify.input, "the input record")->required();
   verify_cmd->add_option("--invocations", verify.invocations, "how many invocations (default 3)")
-      ->check(apps::integer_range(1, 1000));;
+      ->check(apps::integer_range(1, 1000));
   verify_cmd->add_option("--device", verify.device, "cpu (default) or cuda[:N]");
   verify_cmd->add_flag("--no-graph", verify.no_graph, "on CUDA, run every invocation op by op (no CUDA graph)");
 
