@@ -5,9 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
-# shellcheck disable=SC2086
-install_packages $BUILD_PACKAGES
-ensure_test_tools  # what the second command (scripts/test.sh) needs too, so it runs every test
+ensure_test_tools  # the build's packages, and what the second command (scripts/test.sh) needs too
 [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
 if [[ -d build ]]; then meson setup --reconfigure build > /dev/null; else meson setup build > /dev/null; fi
 scripts/stale_cuda_objects.sh build

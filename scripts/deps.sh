@@ -19,8 +19,9 @@ install_npm() {
   command -v npm > /dev/null 2>&1 || install_packages npm
 }
 
-# What the tests need, installed only where it is missing (a machine that has it all pays nothing):
-# the packages, npm, and the browser test's node modules (tests/tape/browser, from its lock file).
+# What the build and the tests need, installed only where it is missing (a machine that has it all
+# pays nothing): BUILD_PACKAGES and TEST_PACKAGES, npm, and the browser test's node modules
+# (tests/tape/browser, from its lock file).
 ensure_test_tools() {
   local missing=()
   for p in $BUILD_PACKAGES $TEST_PACKAGES; do

@@ -12,9 +12,8 @@
 //
 // Note [fused ops and the door]
 // A fused op (src/ops/fused) may do in its backward what the door would do across several nodes:
-// embedding_cross_entropy sums the dlogits rows of repeated ids into one row-sparse gradient. That
-// is exact (the same additions in the same order), but it would hide the meeting from the
-// overwrite-bug mode and from a record. So while either is on (contributions_observed()), a fused
+// sum the rows of repeated ids into one row-sparse gradient, say. That is exact (the same additions
+// in the same order), but it would hide the meeting from the overwrite-bug mode and from a record. So while either is on (contributions_observed()), a fused
 // backward hands its contributions over one by one, as the unfused ops would, and the engine sees
 // them meet. The engine itself knows no fused op.
 #include "tapegrad/graph/graph.hpp"
@@ -43,6 +42,17 @@ const char* grad_event_kind_name(GradEvent::Kind k) {
   }
   return "?";
 }
+
+namespace {
+
+// A value's row-sparse gradient made dense, in place (a no-op for a dense or absent one).
+void make_dense(Value& v) {
+  if (!v.sparse_grad.defined()) return;
+  v.grad = v.sparse_grad.to_dense(v.data.shape());
+  v.sparse_grad = RowSparse();
+}
+
+}  // namespace
 
 Tensor RowSparse::to_dense(const Shape& shape) const {
   Tensor dense = Tensor::zeros(shape, rows.dtype(), rows.device());
@@ -100,10 +110,7 @@ const Tensor& Var::value() const { return graph().checked(*this).data; }
 const Tensor& Var::grad() const {
   graph().checked(*this);
   Value& v = g_->mutable_value(id_);
-  if (v.sparse_grad.defined()) {  // asked for dense: made so once
-    v.grad = v.sparse_grad.to_dense(v.data.shape());
-    v.sparse_grad = RowSparse();
-  }
+  make_dense(v);  // asked for dense: made so once
   return v.grad;
 }
 const RowSparse* Var::sparse_grad() const {
@@ -283,7 +290,11 @@ void Graph::backward(Var loss, const BackwardOptions& options) {
 
 // ---- BackwardContext: what a rule reads
 
-const Tensor& BackwardContext::grad_output() const { return g_.var(node_->output).grad(); }
+const Tensor& BackwardContext::grad_output() const {
+  Value& out = g_.mutable_value(node_->output);
+  make_dense(out);
+  return out.grad;
+}
 const Tensor& BackwardContext::output() const { return g_.value(node_->output).data; }
 const Tensor& BackwardContext::input(int k) const { return g_.value(node_->inputs[static_cast<size_t>(k)]).data; }
 Tensor BackwardContext::take_saved(int k) {
@@ -325,10 +336,7 @@ void BackwardContext::accumulate(int k, const Tensor& contribution) {
   Value& target = g_.mutable_value(node_->inputs[static_cast<size_t>(k)]);
   if (!target.requires_grad) return;
   check_contribution(node_->op, k, target.data, contribution, "a gradient");
-  if (target.sparse_grad.defined()) {  // a row-sparse gradient meets a dense one as bytes
-    target.grad = target.sparse_grad.to_dense(target.data.shape());
-    target.sparse_grad = RowSparse();
-  }
+  make_dense(target);  // a row-sparse gradient meets a dense one as bytes
   GradEvent::Kind kind;
   Tensor discarded;
   if (!target.grad.defined()) {
@@ -377,10 +385,7 @@ void BackwardContext::accumulate_rows(int k, const Tensor& ids, const Tensor& ro
     throw Error(std::string("[engine] the backward of ") + node_->op + " gave input " + std::to_string(k) +
                 " rows of shape " + rows.shape().str() + " at ids " + ids.shape().str() +
                 ", which do not fit its table " + table.shape().str());
-  if (target.sparse_grad.defined()) {
-    target.grad = target.sparse_grad.to_dense(table.shape());
-    target.sparse_grad = RowSparse();
-  }
+  make_dense(target);
 
   if (options_.record) {  // per-row events, computed on the host before the slot changes
     const std::vector<double> id_list = ids.to_doubles();
