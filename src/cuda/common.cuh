@@ -65,7 +65,7 @@ namespace tapegrad::cuda {
 
 // ---- kernel errors (Note [kernel errors] in memory.cu)
 
-enum class ErrorKind : int32_t { none = 0, index_out_of_range, target_out_of_range, sum_out_of_partials };
+enum class ErrorKind : int32_t { none = 0, index_out_of_range, target_out_of_range, sum_out_of_partials, axis_index_out_of_range };
 
 // One per device, in device memory. `lock` guards the other fields between recording threads.
 struct ErrorSlot {

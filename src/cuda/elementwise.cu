@@ -53,6 +53,7 @@ __global__ void binary_kernel(Binary op, const T* a, const T* b, T* out, int64_t
       case Binary::sub: out[i] = a[i] - b[i]; break;
       case Binary::mul: out[i] = a[i] * b[i]; break;
       case Binary::div: out[i] = a[i] / b[i]; break;
+      default: break;
     }
   }
 }
@@ -108,7 +109,9 @@ void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy
   });
 }
 
+// Equal shapes: add, sub, mul, div over flat ranges; anything else walks (strided.cu).
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
+  if (!(a.shape() == b.shape()) || op > Binary::div) return binary_walk(op, a, b, out);
   const int64_t n = a.numel();
   if (n == 0) return;
   dispatch_float(kernels::binary_name(op), a.dtype(), [&]<class T>() {

@@ -12,12 +12,13 @@
 // f32 reductions run in a fixed order (deterministic, not necessarily equal across devices).
 #pragma once
 
+#include "tapegrad/kernels/binary_ops.hpp"
+#include "tapegrad/kernels/strided.hpp"
 #include "tapegrad/kernels/unary_ops.hpp"
 #include "tapegrad/tensor/tensor.hpp"
 
 namespace tapegrad::kernels {
 
-enum class Binary : uint8_t { add, sub, mul, div };
 const char* unary_name(Unary op);
 const char* binary_name(Binary op);
 
@@ -32,8 +33,34 @@ void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor);
 void unary(Unary op, const Tensor& x, Tensor& y);  // y = f(x), f the op's functor (unary_ops.hpp)
 // dx = dy * f'(x) given x and y = f(x): the functor's backward
 void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
+// out = a op b (binary_ops.hpp); a and b broadcast to out's shape (NumPy rules; equal shapes are
+// the flat, fastest case).
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out);
 void scale(const Tensor& x, double s, Tensor& y);  // y = x * s
+
+// ---- N-d kernels over strided walks (strided.hpp, Note [strided walks])
+// d (dy's shape) = the gradient of a op b reaching operand k (0: a, 1: b) at each element of y =
+// a op b, before any sum over broadcast axes (the front-end's reduce).
+void binary_backward(Binary op, int k, const Tensor& a, const Tensor& b, const Tensor& y, const Tensor& dy, Tensor& d);
+void compare(Compare op, const Tensor& a, const Tensor& b, Tensor& out);       // out u8, a and b broadcast
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out);  // cond u8; all broadcast to out
+// The elements of src seen through src_view (which broadcasts to dst_view.shape) written into dst
+// through dst_view; any dtype (src's and dst's must be equal).
+void copy_strided(const Tensor& src, const View& src_view, Tensor& dst, const View& dst_view);
+enum class Reduce : uint8_t { sum, mean, max, min };
+// out (numel of kept) = x (contiguous) reduced over the axes where `kept` has extent 1 and x does
+// not, in row-major order over those axes, accumulated in double; max and min propagate NaN.
+void reduce(Reduce op, const Tensor& x, const Shape& kept, Tensor& out);
+void argmax(const Tensor& x, int axis, Tensor& out);  // out i64 (x's shape without axis): first largest, NaN largest
+// x (outer, n, inner), ids (outer, k, inner) i32/i64 -> out (outer, k, inner) = x[o, ids[o, j, i], i]
+void gather_axis(const Tensor& x, int axis, const Tensor& ids, Tensor& out);
+void scatter_add_axis(Tensor& dst, int axis, const Tensor& ids, const Tensor& src);  // gather_axis's adjoint: dst += ...
+// x (outer, n, inner), ids (k,) -> out (outer, k, inner) = x[:, ids, :]
+void index_select(const Tensor& x, int axis, const Tensor& ids, Tensor& out);
+void index_add(Tensor& dst, int axis, const Tensor& ids, const Tensor& src);  // index_select's adjoint: dst += ...
+void cast(const Tensor& x, Tensor& out);  // out = x converted to out's dtype (f64 f32 i32 i64 u8)
+void clamp(const Tensor& x, double lo, double hi, Tensor& y);  // clamp_of (binary_ops.hpp)
+void clamp_backward(const Tensor& x, double lo, double hi, const Tensor& dy, Tensor& dx);
 
 // ---- linear algebra (2-D)
 // out (n, m) = op(a) @ op(b), op = transpose when the flag is set. a (n, k) or (k, n); b (k, m) or (m, k).
@@ -41,6 +68,16 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
 void transpose(const Tensor& x, Tensor& out);                    // (n, m) -> (m, n)
 void add_row(const Tensor& x, const Tensor& b, Tensor& out);     // x (n, m) + b (m,) -> (n, m)
 void sum_rows(const Tensor& x, Tensor& out);                     // x (n, m) -> (m,): column sums
+
+// ---- log-softmax rows and the library's cross-entropy (Note [log-sum-exp rows] in cpu/log_softmax.cpp)
+void log_softmax_rows(const Tensor& x, Tensor& y);                               // (n, m), along m
+void log_softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx);  // dx = dy - exp(y) * sum(dy)
+// losses (N,) = -lp[i, t_i] (0 where t_i == ignore_index); count () = the rows not ignored, in lp's dtype
+void nll_rows(const Tensor& lp, const Tensor& targets, int64_t ignore_index, Tensor& losses, Tensor& count);
+// dlogits (N, V) = (dloss / divisor) * (exp(lp) - onehot(t)) per row, zero rows where ignored;
+// dloss () or (N,); divisor a () tensor on the device or undefined (1)
+void nll_log_softmax_backward(const Tensor& lp, const Tensor& targets, int64_t ignore_index, const Tensor& dloss,
+                              const Tensor& divisor, Tensor& dlogits);
 
 // ---- reductions over every element -> shape ()
 void sum_all(const Tensor& x, Tensor& out);
