@@ -5,6 +5,8 @@
 // src/kernels/unary_ops.hpp (one line of TG_UNARY_OPS each), declared here from that list.
 #pragma once
 
+#include <optional>
+
 #include "tapegrad/graph/graph.hpp"
 #include "tapegrad/kernels/unary_ops.hpp"  // TG_UNARY_OPS
 
@@ -29,6 +31,15 @@ Var sum(Var x);
 Var mean(Var x);
 Var transpose(Var x);
 Var reshape(Var x, const Shape& shape);
+
+// ---- images (N, C, H, W) (conv.cpp): PyTorch's conv2d, max_pool2d and avg_pool2d
+// x (N, C, H, W), weight (O, C, kh, kw), bias (O,) or an undefined Var -> (N, O, Ho, Wo),
+// Ho = (H + 2 padding - kh) / stride + 1 (and Wo likewise), zero padding on each side.
+Var conv2d(Var x, Var weight, Var bias = Var(), int stride = 1, int padding = 0);
+// x (N, C, H, W) -> (N, C, Ho, Wo) over kernel x kernel windows; stride defaults to the kernel,
+// padding (at most kernel / 2) is -inf for the max and counted as 0 in the average.
+Var max_pool2d(Var x, int kernel, std::optional<int> stride = std::nullopt, int padding = 0);
+Var avg_pool2d(Var x, int kernel, std::optional<int> stride = std::nullopt, int padding = 0);
 
 }  // namespace tapegrad::ops
 
