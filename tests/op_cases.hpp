@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -176,6 +177,41 @@ inline std::vector<OpCase> op_cases() {
                      // the tiny configs have the table 6 wide and the weight 4; the large ones 64 and 128
                      Var h = ops::tanh(ops::add_row(ops::matmul(ops::gather(v[0], v[3]), v[1]), v[2]));
                      return ops::cross_entropy(ops::matmul(h, v[1]), v[4]);
+                   }});
+  // ---- images (N, C, H, W): conv2d and the pools (src/ops/conv.cpp)
+  const CaseInput image{{2, 3, 5, 5}, {4, 3, 40, 40}}, odd_image{{2, 2, 6, 5}, {3, 4, 33, 31}};
+  const CaseInput k3{{4, 3, 3, 3}, {8, 3, 3, 3}}, bias4{{4}, {8}}, k1{{5, 3, 1, 1}, {16, 3, 1, 1}}, bias5{{5}, {16}};
+  cases.push_back({"conv2d", "stride 1, padding 0, bias", {image, k3, bias4},
+                   [](const V& v) { return ops::conv2d(v[0], v[1], v[2]); }});
+  cases.push_back({"conv2d", "stride 2, padding 1, bias", {image, k3, bias4},
+                   [](const V& v) { return ops::conv2d(v[0], v[1], v[2], 2, 1); }});
+  cases.push_back({"conv2d", "stride 1, padding 1, no bias", {image, k3},
+                   [](const V& v) { return ops::conv2d(v[0], v[1], Var(), 1, 1); }});
+  cases.push_back({"conv2d", "a 2x3 kernel, stride 2, padding 1, no bias, odd sizes",
+                   {odd_image, {{3, 2, 2, 3}, {6, 4, 2, 3}}},
+                   [](const V& v) { return ops::conv2d(v[0], v[1], Var(), 2, 1); }});
+  cases.push_back({"conv2d", "1x1 kernel, bias", {image, k1, bias5}, [](const V& v) { return ops::conv2d(v[0], v[1], v[2]); }});
+  cases.push_back({"conv2d", "1x1 kernel, stride 2, padding 1, bias", {image, k1, bias5},
+                   [](const V& v) { return ops::conv2d(v[0], v[1], v[2], 2, 1); }});
+  // no gap around 0 for the pools' inputs: values clamped to the gap would tie for a window's max
+  const CaseInput pool_image{{2, 2, 6, 6}, {4, 8, 40, 40}, -1, 1, 0}, odd_pool_image{{2, 3, 7, 5}, {3, 5, 37, 41}, -1, 1, 0};
+  using Pool = Var (*)(Var, int, std::optional<int>, int);
+  for (const auto& [name, pool_op] : {std::pair<const char*, Pool>{"max_pool2d", ops::max_pool2d},
+                                      std::pair<const char*, Pool>{"avg_pool2d", ops::avg_pool2d}}) {
+    const char* op = name;
+    const Pool pool = pool_op;  // a structured binding cannot be captured in clang 14
+    cases.push_back({op, "kernel 2, stride 2 (the default)", {pool_image},
+                     [pool](const V& v) { return pool(v[0], 2, std::nullopt, 0); }});
+    cases.push_back({op, "kernel 3, stride 1: overlapping windows", {odd_pool_image},
+                     [pool](const V& v) { return pool(v[0], 3, 1, 0); }});
+    cases.push_back({op, "kernel 3, stride 2, padding 1: overlapping windows", {odd_pool_image},
+                     [pool](const V& v) { return pool(v[0], 3, 2, 1); }});
+  }
+  cases.push_back({"conv2d", "a small CNN: conv, relu, max pool, conv, avg pool",
+                   {{{2, 2, 8, 8}, {4, 2, 24, 24}}, {{3, 2, 3, 3}, {6, 2, 3, 3}}, {{3}, {6}}, {{2, 3, 3, 3}, {4, 6, 3, 3}}},
+                   [](const V& v) {
+                     Var h = ops::max_pool2d(ops::relu(ops::conv2d(v[0], v[1], v[2], 1, 1)), 2);  // (N, 3, H/2, W/2)
+                     return ops::avg_pool2d(ops::conv2d(h, v[3], Var(), 1, 1), 2, 1);
                    }});
   return cases;
 }

@@ -187,4 +187,26 @@ void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s)
 #endif
 }
 
+// ---- convolution and pooling
+void im2col(const Tensor& x, const Window2d& win, Tensor& cols) { TG_DISPATCH("im2col", im2col(x, win, cols), &x, &cols); }
+void col2im(const Tensor& cols, const Window2d& win, Tensor& dx) { TG_DISPATCH("col2im", col2im(cols, win, dx), &cols, &dx); }
+void conv2d_rows_to_planes(const Tensor& rows, const Tensor& bias, Tensor& out) {
+  TG_DISPATCH("conv2d", conv2d_rows_to_planes(rows, bias, out), &rows, &bias, &out);
+}
+void conv2d_planes_to_rows(const Tensor& dy, Tensor& rows) {
+  TG_DISPATCH("conv2d_backward", conv2d_planes_to_rows(dy, rows), &dy, &rows);
+}
+void max_pool2d(const Tensor& x, const Window2d& win, Tensor& out, Tensor& indices) {
+  TG_DISPATCH("max_pool2d", max_pool2d(x, win, out, indices), &x, &out, &indices);
+}
+void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Window2d& win, Tensor& dx) {
+  TG_DISPATCH("max_pool2d_backward", max_pool2d_backward(dy, indices, win, dx), &dy, &indices, &dx);
+}
+void avg_pool2d(const Tensor& x, const Window2d& win, Tensor& out) {
+  TG_DISPATCH("avg_pool2d", avg_pool2d(x, win, out), &x, &out);
+}
+void avg_pool2d_backward(const Tensor& dy, const Window2d& win, Tensor& dx) {
+  TG_DISPATCH("avg_pool2d_backward", avg_pool2d_backward(dy, win, dx), &dy, &dx);
+}
+
 }  // namespace tapegrad::kernels

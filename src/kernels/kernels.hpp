@@ -149,4 +149,31 @@ struct AdamWSlot {
 inline constexpr int64_t adamw_zero_block = 256;
 void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s);
 
+// ---- convolution and pooling over images x (N, C, H, W) (src/ops/conv.cpp)
+// A kernel_h x kernel_w window moved by stride over x with pad rows and columns of padding on each
+// side; out_h x out_w positions, out = (in + 2 pad - kernel) / stride + 1 (PyTorch's floor mode).
+// Position (oh, ow) covers input rows oh * stride_h - pad_h .. + kernel_h - 1, columns likewise.
+struct Window2d {
+  int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, out_h = 1, out_w = 1;
+};
+// cols (N*out_h*out_w, C*kernel_h*kernel_w): row (n, oh, ow) holds the window of x (N, C, H, W) at
+// (oh, ow), columns in (c, i, j) order, 0 where it lies in the padding.
+void im2col(const Tensor& x, const Window2d& win, Tensor& cols);
+// dx (N, C, H, W) = im2col's adjoint: each pixel the sum of the cols entries im2col copied it to.
+void col2im(const Tensor& cols, const Window2d& win, Tensor& dx);
+// out (N, O, out_h, out_w)[n, o, p] = rows (N*out_h*out_w, O)[n*out_h*out_w + p, o] + bias[o]
+// (bias (O,), or undefined for none).
+void conv2d_rows_to_planes(const Tensor& rows, const Tensor& bias, Tensor& out);
+// rows (N*out_h*out_w, O) = dy (N, O, out_h, out_w) laid out as conv2d_rows_to_planes reads them.
+void conv2d_planes_to_rows(const Tensor& dy, Tensor& rows);
+// out (N, C, out_h, out_w) = the max of each window (padding is -inf), indices (same shape, i32 or
+// i64) = where it is, h * W + w in its plane: the first max, or the last NaN (PyTorch's CPU).
+void max_pool2d(const Tensor& x, const Window2d& win, Tensor& out, Tensor& indices);
+// dx (N, C, H, W): each pixel the sum of dy over the windows whose index names it.
+void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Window2d& win, Tensor& dx);
+// out (N, C, out_h, out_w) = the sum of each window (padding is 0) / (kernel_h * kernel_w).
+void avg_pool2d(const Tensor& x, const Window2d& win, Tensor& out);
+// dx (N, C, H, W): each pixel the sum of dy over the windows that hold it, / (kernel_h * kernel_w).
+void avg_pool2d_backward(const Tensor& dy, const Window2d& win, Tensor& dx);
+
 }  // namespace tapegrad::kernels

@@ -51,6 +51,17 @@ const std::vector<OpInfo>& op_table() {
          "buffer[p*V + ids[i]] += dy[p][i] (W's gradient goes to the buffer)"},
     };
     t.insert(t.end(), rest.begin(), rest.end());
+    // ---- images (N, C, H, W): conv.cpp
+    const std::vector<OpInfo> images = {
+        {"conv2d", "x (N, C, H, W), w (O, C, kh, kw), b (O,) -> (N, O, Ho, Wo), Ho = (H + 2p - kh) / s + 1",
+         "y[n, o] = b[o] + sum_c w[o, c] cross-correlated with x[n, c] (stride s, zero padding p)",
+         "dW = dY^T @ im2col(x), dx = col2im(dY @ W), db = sum of dy over N, Ho, Wo (dY = dy as (N*Ho*Wo, O) rows)"},
+        {"max_pool2d", "(N, C, H, W) -> (N, C, Ho, Wo), k x k windows, stride s, padding p <= k / 2",
+         "y = max of each window (padding -inf)", "dx[argmax of each window] += dy (the first max of a tie)"},
+        {"avg_pool2d", "(N, C, H, W) -> (N, C, Ho, Wo), k x k windows, stride s, padding p <= k / 2",
+         "y = sum of each window / k^2 (padding counts as 0)", "dx[every pixel of a window] += dy / k^2"},
+    };
+    t.insert(t.end(), images.begin(), images.end());
     return t;
   }();
   return table;

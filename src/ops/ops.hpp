@@ -10,6 +10,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <optional>
 #include <vector>
 
 #include "tapegrad/graph/graph.hpp"
@@ -90,6 +91,15 @@ Var index_select(Var x, int axis, Var ids);  // ids (k,)
 Var gather(Var x, int axis, Var ids);     // torch.gather; ids with x's extents outside axis
 Var tril(Var x, int64_t k = 0);           // zero above the k-th diagonal of the last two axes
 Tensor causal_mask(int64_t t, Device device = Device::cpu());  // (t, t) u8: 1 above the diagonal (hidden)
+
+// ---- images (N, C, H, W) (conv.cpp): PyTorch's conv2d, max_pool2d and avg_pool2d
+// x (N, C, H, W), weight (O, C, kh, kw), bias (O,) or an undefined Var -> (N, O, Ho, Wo),
+// Ho = (H + 2 padding - kh) / stride + 1 (and Wo likewise), zero padding on each side.
+Var conv2d(Var x, Var weight, Var bias = Var(), int stride = 1, int padding = 0);
+// x (N, C, H, W) -> (N, C, Ho, Wo) over kernel x kernel windows; stride defaults to the kernel,
+// padding (at most kernel / 2) is -inf for the max and counted as 0 in the average.
+Var max_pool2d(Var x, int kernel, std::optional<int> stride = std::nullopt, int padding = 0);
+Var avg_pool2d(Var x, int kernel, std::optional<int> stride = std::nullopt, int padding = 0);
 
 }  // namespace tapegrad::ops
 
