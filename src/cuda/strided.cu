@@ -101,6 +101,30 @@ __global__ void reduce_kernel(Walk<2> outer, Walk<1> inner, kernels::Reduce op, 
   }
 }
 
+// One warp per output when its reduced elements are contiguous (a reduction over the last axes):
+// the lanes stride through the run and a fixed butterfly joins them (deterministic, but not the
+// CPU's left-to-right order).
+template <class T>
+__global__ void reduce_runs_kernel(Walk<2> outer, int64_t count, kernels::Reduce op, const T* x, T* out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  for (int64_t o = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32; o < outer.numel; o += warps) {
+    int64_t off[2];
+    outer.at(o, off);
+    const T* run = x + off[1];
+    const bool is_max = op == kernels::Reduce::max, is_min = op == kernels::Reduce::min;
+    auto step = [&](double acc, double v) {
+      if (is_max) return v != v || acc != acc ? (acc != acc ? acc : v) : (v > acc ? v : acc);
+      if (is_min) return v != v || acc != acc ? (acc != acc ? acc : v) : (v < acc ? v : acc);
+      return acc + v;
+    };
+    double acc = is_max ? -INFINITY : is_min ? INFINITY : 0.0;
+    for (int64_t j = lane; j < count; j += 32) acc = step(acc, static_cast<double>(run[j]));
+    for (int width = 16; width > 0; width /= 2) acc = step(acc, __shfl_xor_sync(0xffffffffu, acc, width));
+    if (lane == 0) out[off[0]] = static_cast<T>(op == kernels::Reduce::mean ? acc / static_cast<double>(count) : acc);
+  }
+}
+
 template <class T>
 __global__ void argmax_kernel(const T* x, int64_t outer, int64_t n, int64_t inner, int64_t* out) {
   TG_GRID_STRIDE(p, outer * inner) {
@@ -239,6 +263,12 @@ void reduce(kernels::Reduce op, const Tensor& x, const Shape& kept, Tensor& out)
   if (out.numel() == 0) return;
   dispatch_float("reduce", x.dtype(), [&]<class T>() {
     const kernels::ReduceWalk r = kernels::make_reduce_walk(x.shape(), kept);
+    if (r.inner.ndim == 1 && r.inner.stride[0][0] == 1 && r.inner.numel >= 32) {
+      reduce_runs_kernel<T><<<blocks_for(r.outer.numel * 32), kBlock, 0, stream_for(out)>>>(r.outer, r.inner.numel, op,
+                                                                                          cdata<T>(x), mdata<T>(out));
+      TG_CUDA_CHECK_LAUNCH();
+      return;
+    }
     reduce_kernel<T><<<blocks_for(r.outer.numel), kBlock, 0, stream_for(out)>>>(r.outer, r.inner, op, cdata<T>(x),
                                                                                  mdata<T>(out));
     TG_CUDA_CHECK_LAUNCH();
