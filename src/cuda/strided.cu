@@ -35,13 +35,33 @@ View view_of(const Tensor& t) { return kernels::contiguous_view(t.shape()); }
 
 // ---- kernels
 
+// Packed (Note [packed loops] in common.cuh) when the last axis holds whole packs: a thread finds
+// its pack's first element through the walk and steps the operands' last-axis strides from there.
 template <class F, class T>
-__global__ void binary_walk_kernel(Walk<3> w, const T* a, const T* b, T* out) {
+__global__ void binary_walk_kernel(Walk<3> w, const T* a, const T* b, T* out, bool packed) {
+  if (packed) {
+    constexpr int N = Pack<T>::N;
+    const int64_t sa = w.stride[1][w.ndim - 1], sb = w.stride[2][w.ndim - 1];
+    TG_GRID_STRIDE(p, w.numel / N) {
+      int64_t off[3];
+      w.at(p * N, off);
+      Pack<T> r;
+      for (int j = 0; j < N; ++j) r.v[j] = F::forward(a[off[1] + j * sa], b[off[2] + j * sb]);
+      *reinterpret_cast<Pack<T>*>(out + off[0]) = r;
+    }
+    return;
+  }
   TG_GRID_STRIDE(i, w.numel) {
     int64_t off[3];
     w.at(i, off);
     out[off[0]] = F::forward(a[off[1]], b[off[2]]);
   }
+}
+
+// Whether a walk whose operand 0 is a contiguous output can run packed.
+template <class T, int K>
+bool walk_packable(const Walk<K>& w, const void* out) {
+  return w.ndim > 0 && w.size[w.ndim - 1] % Pack<T>::N == 0 && w.stride[0][w.ndim - 1] == 1 && packable({out});
 }
 
 template <class F, class T>
@@ -81,15 +101,54 @@ __global__ void copy_strided_kernel(Walk<2> w, const U* src, U* dst) {
   }
 }
 
+__device__ inline double reduce_step(kernels::Reduce op, double acc, double v) {
+  switch (op) {
+    case kernels::Reduce::max: return v != v || acc != acc ? (acc != acc ? acc : v) : (v > acc ? v : acc);
+    case kernels::Reduce::min: return v != v || acc != acc ? (acc != acc ? acc : v) : (v < acc ? v : acc);
+    default: return acc + v;
+  }
+}
+__device__ inline double reduce_init(kernels::Reduce op) {
+  return op == kernels::Reduce::max ? -INFINITY : op == kernels::Reduce::min ? INFINITY : 0.0;
+}
+
+// Few outputs over long strided runs (a bias gradient: (N, C) -> (C,)): blockIdx.y takes one of
+// gridDim.y consecutive pieces of every run, and partials[piece][o] keeps its result; then
+// reduce_pieces_kernel joins the pieces in order. Deterministic, and every SM has work.
+template <class T>
+__global__ void reduce_partials_kernel(Walk<2> outer, int64_t count, int64_t stride, kernels::Reduce op, const T* x,
+                                       double* partials) {
+  const int64_t piece = (count + gridDim.y - 1) / gridDim.y, begin = blockIdx.y * piece;
+  const int64_t end = begin + piece < count ? begin + piece : count;
+  TG_GRID_STRIDE(o, outer.numel) {
+    int64_t off[2];
+    outer.at(o, off);
+    double acc = reduce_init(op);
+    for (int64_t j = begin; j < end; ++j) acc = reduce_step(op, acc, static_cast<double>(x[off[1] + j * stride]));
+    partials[blockIdx.y * outer.numel + o] = acc;
+  }
+}
+
+template <class T>
+__global__ void reduce_pieces_kernel(int64_t outputs, int pieces, int64_t count, kernels::Reduce op,
+                                     const double* partials, T* out) {
+  TG_GRID_STRIDE(o, outputs) {
+    double acc = reduce_init(op);
+    for (int p = 0; p < pieces; ++p) acc = reduce_step(op, acc, partials[p * outputs + o]);
+    out[o] = static_cast<T>(op == kernels::Reduce::mean ? acc / static_cast<double>(count) : acc);
+  }
+}
+
 template <class T>
 __global__ void reduce_kernel(Walk<2> outer, Walk<1> inner, kernels::Reduce op, const T* x, T* out) {
   TG_GRID_STRIDE(o, outer.numel) {
     int64_t off[2];
     outer.at(o, off);
     double acc = op == kernels::Reduce::max ? -INFINITY : op == kernels::Reduce::min ? INFINITY : 0.0;
+    const int64_t stride = inner.ndim == 1 ? inner.stride[0][0] : 0;  // one axis: no index arithmetic
     for (int64_t j = 0; j < inner.numel; ++j) {
-      int64_t in[1];
-      inner.at(j, in);
+      int64_t in[1] = {j * stride};
+      if (inner.ndim > 1) inner.at(j, in);
       const double v = x[off[1] + in[0]];
       switch (op) {
         case kernels::Reduce::max: acc = v != v || acc != acc ? (acc != acc ? acc : v) : (v > acc ? v : acc); break;
@@ -212,7 +271,9 @@ void binary_walk(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
   kernels::visit_binary(op, [&]<class F>() {
     dispatch_float(F::name, out.dtype(), [&]<class T>() {
       const Walk<3> w = make_walk<3>(out.shape(), {view_of(out), view_of(a), view_of(b)});
-      binary_walk_kernel<F, T><<<blocks_for(w.numel), kBlock, 0, stream_for(out)>>>(w, cdata<T>(a), cdata<T>(b), mdata<T>(out));
+      const bool packed = walk_packable<T>(w, out.raw_data());
+      binary_walk_kernel<F, T><<<blocks_for(packed ? w.numel / Pack<T>::N : w.numel), kBlock, 0, stream_for(out)>>>(
+          w, cdata<T>(a), cdata<T>(b), mdata<T>(out), packed);
       TG_CUDA_CHECK_LAUNCH();
     });
   });
@@ -266,6 +327,19 @@ void reduce(kernels::Reduce op, const Tensor& x, const Shape& kept, Tensor& out)
     if (r.inner.ndim == 1 && r.inner.stride[0][0] == 1 && r.inner.numel >= 32) {
       reduce_runs_kernel<T><<<blocks_for(r.outer.numel * 32), kBlock, 0, stream_for(out)>>>(r.outer, r.inner.numel, op,
                                                                                           cdata<T>(x), mdata<T>(out));
+      TG_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    const int64_t outputs = r.outer.numel, count = r.inner.numel;
+    if (r.inner.ndim == 1 && outputs < 32 * 1024 && count >= 256) {
+      const int pieces = static_cast<int>(std::min<int64_t>(64, count / 64));
+      Tensor partials = Tensor::empty(Shape{pieces, outputs}, DType::f64, out.device());
+      const dim3 grid(static_cast<unsigned>((outputs + kBlock - 1) / kBlock), static_cast<unsigned>(pieces));
+      reduce_partials_kernel<T><<<grid, kBlock, 0, stream_for(out)>>>(r.outer, count, r.inner.stride[0][0], op,
+                                                                       cdata<T>(x), mdata<double>(partials));
+      TG_CUDA_CHECK_LAUNCH();
+      reduce_pieces_kernel<T><<<blocks_for(outputs), kBlock, 0, stream_for(out)>>>(outputs, pieces, count, op,
+                                                                                    cdata<double>(partials), mdata<T>(out));
       TG_CUDA_CHECK_LAUNCH();
       return;
     }

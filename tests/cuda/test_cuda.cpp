@@ -734,6 +734,42 @@ TEST_CASE("[gpu] every case of the op-case table: CUDA against the CPU, forward 
   }
 }
 
+// The N-d kernels' other launch paths, which the op cases' small shapes do not reach: packed loops
+// and their tails, packed broadcasts, reductions a warp per output, in pieces, and element by element.
+TEST_CASE("[gpu] N-d kernels on large and odd shapes: CUDA against the CPU") {
+  for (const DType dt : {DType::f64, DType::f32}) {
+    const double tol = dt == DType::f64 ? 1e-13 : 2e-6;
+    for (const Shape& s : {Shape{1001}, Shape{64, 128}, Shape{63, 127}, Shape{3, 5, 1024}}) {
+      const Tensor a = random(s, dt), b = random(s, dt);
+      Shape row_shape{s[s.ndim() - 1]};
+      const Tensor row = random(row_shape, dt);
+      for (const kernels::Binary op : {kernels::Binary::add, kernels::Binary::mul, kernels::Binary::maximum}) {
+        for (const Tensor* other : {&b, &row}) {
+          Tensor c = Tensor::empty(s, dt), g = Tensor::empty(s, dt, kGpu);
+          kernels::binary(op, a, *other, c);
+          kernels::binary(op, a.to(kGpu), other->to(kGpu), g);
+          check_close(c, g, tol, std::string(kernels::binary_name(op)) + " " + s.str() + " by " + other->shape().str());
+        }
+      }
+      Tensor c = Tensor::empty(s, dt), g = Tensor::empty(s, dt, kGpu);
+      kernels::unary(kernels::Unary::tanh, a, c);
+      kernels::unary(kernels::Unary::tanh, a.to(kGpu), g);
+      check_close(c, g, tol, "tanh " + s.str());
+    }
+    // reductions: over the first axis (pieces), the last (a warp per output), a middle one (one thread)
+    for (const auto& [shape, kept] : {std::pair{Shape{5000, 37}, Shape{1, 37}}, std::pair{Shape{37, 5000}, Shape{37, 1}},
+                                      std::pair{Shape{6, 300, 7}, Shape{6, 1, 7}}, std::pair{Shape{300, 9}, Shape{1, 1}}}) {
+      const Tensor x = random(shape, dt);
+      for (const kernels::Reduce op : {kernels::Reduce::sum, kernels::Reduce::mean, kernels::Reduce::max}) {
+        Tensor c = Tensor::empty(kept, dt), g = Tensor::empty(kept, dt, kGpu);
+        kernels::reduce(op, x, kept, c);
+        kernels::reduce(op, x.to(kGpu), kept, g);
+        check_close(c, g, tol, "reduce " + std::to_string(static_cast<int>(op)) + " " + shape.str() + " to " + kept.str());
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
