@@ -10,9 +10,10 @@
 //
 // The work of matmul, scale, softmax and matmul in one node that never keeps the (Tq, Tk)
 // scores: the forward saves only lse, and the backward recomputes the probabilities from it. On
-// CUDA in f32 the kernels are flash-attention style (Note [flash attention] in
-// src/cuda/attention.cu); the CPU's is the row-by-row reference (Note [attention arithmetic] in
-// src/kernels/cpu/attention.cpp), whose f64 forward gives the composite's bits.
+// CUDA, f32 with head sizes up to 128 runs flash-attention kernels (Note [flash attention] in
+// src/cuda/attention.cu), f64 and larger heads the CPU's arithmetic; the CPU's is the row-by-row
+// reference (Note [attention arithmetic] in src/kernels/cpu/attention.cpp), whose f64 forward
+// gives the composite's bits.
 #pragma once
 
 #include "tapegrad/ops/ops.hpp"
