@@ -25,7 +25,6 @@
 // thread, so the bits do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <type_traits>
 #include <vector>
 
