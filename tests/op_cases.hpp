@@ -15,6 +15,7 @@
 
 #include "tapegrad/graph/graph.hpp"
 #include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
+#include "tapegrad/ops/fused/attention.hpp"
 #include "tapegrad/ops/op_table.hpp"
 #include "tapegrad/ops/ops.hpp"
 
@@ -213,6 +214,28 @@ inline std::vector<OpCase> op_cases() {
                      Var h = ops::max_pool2d(ops::relu(ops::conv2d(v[0], v[1], v[2], 1, 1)), 2);  // (N, 3, H/2, W/2)
                      return ops::avg_pool2d(ops::conv2d(h, v[3], Var(), 1, 1), 2, 1);
                    }});
+  // scaled_dot_product_attention (src/ops/fused/attention.cpp): q, k, v (B, H, T, d); causal and
+  // not, Tq != Tk, an odd head size, T = 1, and one value as q, k and v
+  {
+    using ops::scaled_dot_product_attention;
+    const char* op = "scaled_dot_product_attention";
+    const CaseInput q{{2, 2, 3, 4}, {2, 3, 40, 16}}, k{{2, 2, 5, 4}, {2, 3, 50, 16}}, v{{2, 2, 5, 3}, {2, 3, 50, 8}};
+    cases.push_back({op, "Tq != Tk", {q, k, v}, [](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2]); }});
+    const CaseInput cq{{1, 2, 5, 4}, {2, 2, 70, 16}}, cv{{1, 2, 5, 3}, {2, 2, 70, 8}};
+    cases.push_back({op, "causal", {cq, cq, cv}, [](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); }});
+    const CaseInput oq{{1, 1, 4, 3}, {1, 3, 37, 5}}, ok{{1, 1, 6, 3}, {1, 3, 45, 5}}, ov{{1, 1, 6, 5}, {1, 3, 45, 7}};
+    cases.push_back({op, "odd head size, scale 0.7", {oq, ok, ov},
+                     [](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], false, 0.7); }});
+    const CaseInput co{{1, 1, 6, 3}, {2, 1, 65, 5}};
+    cases.push_back({op, "causal, odd head size", {co, co, co},
+                     [](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); }});
+    const CaseInput one{{1, 2, 1, 4}, {3, 4, 1, 8}};
+    cases.push_back({op, "T = 1, causal", {one, one, one},
+                     [](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); }});
+    const CaseInput self{{2, 1, 4, 4}, {2, 2, 60, 16}};
+    cases.push_back({op, "one value as q, k and v", {self},
+                     [](const V& x) { return scaled_dot_product_attention(x[0], x[0], x[0], true); }});
+  }
   return cases;
 }
 

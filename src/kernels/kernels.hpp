@@ -175,5 +175,18 @@ void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Window2d
 void avg_pool2d(const Tensor& x, const Window2d& win, Tensor& out);
 // dx (N, C, H, W): each pixel the sum of dy over the windows that hold it, / (kernel_h * kernel_w).
 void avg_pool2d_backward(const Tensor& dy, const Window2d& win, Tensor& dx);
+// ---- attention: the fused scaled_dot_product_attention's kernels (src/kernels/attention.cpp
+// dispatches; cpu/attention.cpp is the reference, Note [attention arithmetic] there)
+// q (B, H, Tq, d), k (B, H, Tk, d), v (B, H, Tk, dv), all contiguous, one float dtype, Tk >= 1;
+// causal needs Tq == Tk and lets query i see keys 0..i. out (B, H, Tq, dv) = softmax(scale q k^T) v
+// per (b, h); lse (B, H, Tq), the inputs' dtype: each row's log of the sum of exp(scale q k^T).
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, Tensor& out,
+                       Tensor& lse);
+// The gradients of out given dout, from the probabilities recomputed from lse, P = exp(scale q k^T
+// - lse): delta (B, H, Tq) f64, scratch the caller allocates, receives rowsum(dout * out); then
+// dS = P * (dout v^T - delta), dq = scale dS k, dk = scale dS^T q, dv = P^T dout (each written whole).
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                        const Tensor& lse, bool causal, double scale, Tensor& delta, Tensor& dq, Tensor& dk,
+                        Tensor& dv);
 
 }  // namespace tapegrad::kernels

@@ -49,6 +49,10 @@ const std::vector<OpInfo>& op_table() {
          "loss = cross_entropy(gather(E, ids), t)", "dE[ids[i]] += ((softmax(E[ids[i]]) - onehot(t[i])) / B) * dy"},
         {"value_embed_lookup", "W (P*V, D), ids (T,) int -> (P, T, D)", "y[p][i] = W[p*V + ids[i]]",
          "buffer[p*V + ids[i]] += dy[p][i] (W's gradient goes to the buffer)"},
+        // the fused attention (src/ops/fused/attention.cpp)
+        {"scaled_dot_product_attention", "q (B, H, Tq, d), k (B, H, Tk, d), v (B, H, Tk, dv) -> (B, H, Tq, dv)",
+         "y = softmax(s q k^T + causal mask) v per (B, H); s = 1/sqrt(d) by default",
+         "P = exp(s q k^T - lse), dv = P^T dy, dS = P * (dy v^T - rowsum(dy * y)), dq = s dS k, dk = s dS^T q"},
     };
     t.insert(t.end(), rest.begin(), rest.end());
     // ---- images (N, C, H, W): conv.cpp
