@@ -102,6 +102,7 @@ const char* const kAttentionTorch =
 // a tied window wins is left to each implementation).
 std::vector<Case> cases() {
   const std::vector<double> big_gap{0.0, -745.0};  // exp(-745) is the smallest f64 subnormal; 0 in f32
+  const std::vector<double> nan_inf{NAN, INFINITY, -INFINITY};
   std::vector<Case> c = {
       // ---- broadcasting binary ops
       {"add", {P({2, 3}), P({2, 3})}, BUILD(add(x[0], x[1])), "x0 + x1"},
@@ -131,6 +132,19 @@ std::vector<Case> cases() {
        "(2 + x0) * (x0 - 0.25) + 0.5 * -x0"},
       {"scale", {P({2, 3})}, BUILD(scale(x[0], -2.5)), "x0 * -2.5"},
       {"add_row", {P({4, 3}), P({3})}, BUILD(add_row(x[0], x[1])), "x0 + x1"},
+      // ---- NaN and infinities, where tapegrad keeps PyTorch's rules (values and gradients)
+      {"maximum: NaN and infinities on either side", {X({4, 4}, nan_inf), X({4, 4}, nan_inf)},
+       BUILD(maximum(x[0], x[1])), "torch.maximum(x0, x1)"},
+      {"minimum: NaN and infinities on either side", {X({4, 4}, nan_inf), X({4}, nan_inf)},
+       BUILD(minimum(x[0], x[1])), "torch.minimum(x0, x1)"},
+      {"relu: NaN and infinities", {X({4, 4}, nan_inf)}, BUILD(relu(x[0])), "torch.relu(x0)"},
+      {"abs: NaN and infinities", {X({4, 4}, nan_inf)}, BUILD(ops::abs(x[0])), "torch.abs(x0)"},
+      {"clamp: NaN and infinities", {X({4, 4}, nan_inf)}, BUILD(clamp(x[0], -0.5, 0.3)), "torch.clamp(x0, -0.5, 0.3)"},
+      {"max: NaN and infinities along an axis", {X({4, 4}, nan_inf)}, BUILD(ops::max(x[0], 1)),
+       "torch.max(x0, dim=1).values"},
+      {"softmax: NaN and infinities", {X({4, 4}, nan_inf)}, BUILD(softmax(x[0], 1)), "torch.softmax(x0, 1)"},
+      {"logsumexp: NaN and infinities", {X({4, 4}, nan_inf)}, BUILD(logsumexp(x[0], 1)), "torch.logsumexp(x0, 1)"},
+      {"max_pool2d: NaN and infinities", {X({1, 2, 4, 4}, nan_inf)}, BUILD(max_pool2d(x[0], 2)), "F.max_pool2d(x0, 2)"},
       // ---- unary ops (each on its functor's sampling range)
       {"neg", {P({2, 3, 4}, -2, 2)}, BUILD(neg(x[0])), "-x0"},
       {"exp", {P({2, 3, 4}, -2, 2)}, BUILD(ops::exp(x[0])), "torch.exp(x0)"},
