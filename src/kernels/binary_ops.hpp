@@ -46,21 +46,23 @@ struct Div {
   template <class T> TG_HD static T db(T a, T b, T, T dy) { return -dy * a / (b * b); }
 };
 
-// maximum and minimum propagate NaN (PyTorch's torch.maximum); at a tie each side gets half.
+// maximum and minimum propagate NaN (PyTorch's torch.maximum); at a tie each side gets half. The
+// gradient is PyTorch's rule, where(a == b, dy/2, dy) zeroed on the smaller side (maximum) or the
+// larger (minimum), so where either side is NaN (no order) both sides get dy, as in PyTorch.
 struct Maximum {
   static constexpr const char *name = "maximum", *forward_text = "y = max(a, b) (NaN if either is)",
-                              *backward_text = "da = dy * ([a > b] + [a == b]/2), db = dy * ([b > a] + [a == b]/2)";
+                              *backward_text = "da = dy * (1 - [a < b] - [a == b]/2), db = dy * (1 - [b < a] - [a == b]/2)";
   template <class T> TG_HD static T forward(T a, T b) { return a != a ? a : b != b ? b : a > b ? a : b; }
-  template <class T> TG_HD static T da(T a, T b, T, T dy) { return a > b ? dy : a == b ? dy * T(0.5) : T(0); }
-  template <class T> TG_HD static T db(T a, T b, T, T dy) { return b > a ? dy : a == b ? dy * T(0.5) : T(0); }
+  template <class T> TG_HD static T da(T a, T b, T, T dy) { return a < b ? T(0) : a == b ? dy * T(0.5) : dy; }
+  template <class T> TG_HD static T db(T a, T b, T, T dy) { return b < a ? T(0) : a == b ? dy * T(0.5) : dy; }
 };
 
 struct Minimum {
   static constexpr const char *name = "minimum", *forward_text = "y = min(a, b) (NaN if either is)",
-                              *backward_text = "da = dy * ([a < b] + [a == b]/2), db = dy * ([b < a] + [a == b]/2)";
+                              *backward_text = "da = dy * (1 - [a > b] - [a == b]/2), db = dy * (1 - [b > a] - [a == b]/2)";
   template <class T> TG_HD static T forward(T a, T b) { return a != a ? a : b != b ? b : a < b ? a : b; }
-  template <class T> TG_HD static T da(T a, T b, T, T dy) { return a < b ? dy : a == b ? dy * T(0.5) : T(0); }
-  template <class T> TG_HD static T db(T a, T b, T, T dy) { return b < a ? dy : a == b ? dy * T(0.5) : T(0); }
+  template <class T> TG_HD static T da(T a, T b, T, T dy) { return a > b ? T(0) : a == b ? dy * T(0.5) : dy; }
+  template <class T> TG_HD static T db(T a, T b, T, T dy) { return b > a ? T(0) : a == b ? dy * T(0.5) : dy; }
 };
 
 // pow: da = dy * b * a^(b - 1); db = dy * y * log(a), taken as 0 where a == 0 and b >= 0 (PyTorch).
