@@ -71,8 +71,8 @@ class AdamW {
   NamedTensors state_tensors() const;
   void load_state(const NamedTensors& state);
 
-  // ---- state, for checkpoints: the step() calls made, each parameter's own count, and parameter
-  // k's moments (same shape, dtype and device as the parameter). Write the moments only through
+  // ---- the same state piece by piece (what bob's checkpoints use): the step() calls made, each
+  // parameter's own count, and parameter k's moments (same shape, dtype and device as the parameter). Write the moments only through
   // set_moments: on the CPU the optimizer keeps track of where they are zero (Note [adamw zero
   // blocks] in src/kernels/cpu/elementwise.cpp), and a write behind its back would leave that out
   // of date.
@@ -91,7 +91,8 @@ class AdamW {
   // its address). Call it before capturing, and before each replay. Throws if n exceeds the table.
   // A captured update gives every parameter with a gradient these scalars (their own counts do not
   // apply, and do not move: set them after the replay with set_step_count). The table holds them
-  // per group, from each group's lr when written; the other hyperparameters are those at capture.
+  // per group, from each group's lr when written; the other scalars are those at capture, so
+  // change hyperparameters only with a new capture.
   void write_schedule(uint64_t t, size_t n);
   // The update of every parameter with a gradient, its step scalars read from slot k of that table
   // when the kernel runs: what a captured body calls. It does not move the step count; the caller
