@@ -9,7 +9,8 @@ const std::vector<OpInfo>& op_table() {
   static const std::vector<OpInfo> table = [] {
     std::vector<OpInfo> t = {
         {"gather", "E (V, d), ids (B,) int -> (B, d)", "y[i] = E[ids[i]]", "dE[ids[i]] += dy[i] (row-wise accumulate)"},
-        {"matmul", "(n, k) @ (k, m) -> (n, m)", "y = a @ b", "da = dy @ b^T, db = a^T @ dy"},
+        {"matmul", "(..., n, k) @ (..., k, m) -> (..., n, m), batch axes broadcast; a 1-D side is a row or column",
+         "y = a @ b", "da = dy @ b^T, db = a^T @ dy, each summed over the batch axes it was broadcast along"},
         {"add_row", "(n, m) + (m,) -> (n, m)", "y = x + b, b added to every row", "dx = dy, db = sum over rows of dy"},
         {"add", "same shapes", "y = a + b", "da = dy, db = dy"},
         {"sub", "same shapes", "y = a - b", "da = dy, db = -dy"},
@@ -31,6 +32,9 @@ const std::vector<OpInfo>& op_table() {
          "loss = cross_entropy(gather(E, ids), t)", "dE[ids[i]] += ((softmax(E[ids[i]]) - onehot(t[i])) / B) * dy"},
         {"value_embed_lookup", "W (P*V, D), ids (T,) int -> (P, T, D)", "y[p][i] = W[p*V + ids[i]]",
          "buffer[p*V + ids[i]] += dy[p][i] (W's gradient goes to the buffer)"},
+        // ---- linear algebra of the N-d ops
+        {"linear", "x (..., in), W (out, in), b (out,) or none -> (..., out)", "y = x @ W^T + b",
+         "dx = dy @ W, dW = dy^T @ x, db = sum of dy, over every leading axis"},
     };
     t.insert(t.end(), rest.begin(), rest.end());
     return t;

@@ -30,6 +30,10 @@ Var mean(Var x);
 Var transpose(Var x);
 Var reshape(Var x, const Shape& shape);
 
+// ---- linear algebra of the N-d ops (matmul above takes batches too)
+// x (..., in) @ W (out, in)^T + b (out,) -> (..., out); b an undefined Var for no bias
+Var linear(Var x, Var w, Var b = Var());
+
 }  // namespace tapegrad::ops
 
 namespace tapegrad {
