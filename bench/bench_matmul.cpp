@@ -1,18 +1,22 @@
 // CPU matrix products: tapegrad against OpenBLAS called directly, in the same binary (Google
 // Benchmark; not a timed test). For f32 and f64, square products of n = 256 and 1024 and a batch
-// (16, 4, 64, 64) @ (16, 4, 64, 64), with 1 and 2 threads, each benchmark reports GFLOP/s
-// (2 n m k per product):
+// (16, 4, 64, 64) @ (16, 4, 64, 64), with 1 and 2 threads, one benchmark runs three ways in turn,
+// in short blocks, and reports each one's GFLOP/s (2 n m k per product), so that a machine shared
+// with other work loads all three alike:
 //   kernel  kernels::matmul into a tensor made once (set_num_threads(threads));
 //   op      ops::matmul of two parameters: the output's allocation and the tape's record included;
 //   cblas   cblas_sgemm / cblas_dgemm (one call per product of the batch), OpenBLAS set to the
-//           thread count.
+//           thread count (its own threads).
+// A second set times kernels::matmul_fsum, f64, one call per product: correctly rounded sums, what
+// f64 matmul computed before BLAS (n = 1024 left out: seconds a product).
 //
-//   ./build/bench/bench_matmul --benchmark_repetitions=7 --benchmark_enable_random_interleaving=true
-//       --benchmark_report_aggregates_only=true --benchmark_format=json > matmul.json   (one line)
-//   python3 bench/matmul_table.py matmul.json     # the medians and the ratios, as docs/perf.md shows them
+//   ./build/bench/bench_matmul --benchmark_repetitions=9 --benchmark_enable_random_interleaving=true
+//       --benchmark_format=json > matmul.json   (one line)
+//   python3 bench/matmul_table.py matmul.json     # medians and best runs, as docs/perf.md shows them
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <chrono>
 #include <random>
 #include <string>
 #include <vector>
@@ -55,66 +59,100 @@ double flops(const Product& p) {
   return 2.0 * static_cast<double>(out.numel()) * static_cast<double>(p.a[p.a.ndim() - 1]);
 }
 
-void report(benchmark::State& state, const Product& p) {
-  state.counters["GFLOP/s"] = benchmark::Counter(flops(p) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-}
+using Clock = std::chrono::steady_clock;
 
-void kernel(benchmark::State& state, const Product& p, DType t, int threads) {
-  set_num_threads(threads);
-  const Tensor a = random(p.a, t), b = random(p.b, t);
-  Tensor out = Tensor::empty(out_shape(p), t);
-  for (auto _ : state) {
-    kernels::matmul(a, false, b, false, out);
-    benchmark::DoNotOptimize(out.raw_data());
-  }
-  report(state, p);
-}
-
-void op(benchmark::State& state, const Product& p, DType t, int threads) {
-  set_num_threads(threads);
-  Graph g;
-  Var a = g.parameter(random(p.a, t)), b = g.parameter(random(p.b, t));
-  for (auto _ : state) {
-    g.clear();
-    benchmark::DoNotOptimize(ops::matmul(a, b).value().raw_data());
-  }
-  report(state, p);
-}
-
-void cblas(benchmark::State& state, const Product& p, DType t, int threads) {
-  openblas_set_num_threads(threads);
-  const Tensor a = random(p.a, t), b = random(p.b, t);
-  Tensor out = Tensor::empty(out_shape(p), t);
+void cblas_products(const Product& p, DType t, const Tensor& a, const Tensor& b, Tensor& out) {
   const int n = static_cast<int>(p.a[p.a.ndim() - 2]), k = static_cast<int>(p.a[p.a.ndim() - 1]),
             m = static_cast<int>(p.b[p.b.ndim() - 1]);
   const int64_t count = out.numel() / (int64_t{n} * m);
-  for (auto _ : state) {
-    for (int64_t i = 0; i < count; ++i) {
-      if (t == DType::f64)
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m, k, 1.0, a.data<double>() + i * n * k, k,
-                    b.data<double>() + i * k * m, m, 0.0, out.data<double>() + i * n * m, m);
-      else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m, k, 1.0f, a.data<float>() + i * n * k, k,
-                    b.data<float>() + i * k * m, m, 0.0f, out.data<float>() + i * n * m, m);
+  for (int64_t i = 0; i < count; ++i) {
+    if (t == DType::f64)
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m, k, 1.0, a.data<double>() + i * n * k, k,
+                  b.data<double>() + i * k * m, m, 0.0, out.data<double>() + i * n * m, m);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m, k, 1.0f, a.data<float>() + i * n * k, k,
+                  b.data<float>() + i * k * m, m, 0.0f, out.data<float>() + i * n * m, m);
+  }
+}
+
+// kernel, op and cblas in turn (the file's comment), in blocks of about 10 ms each, every block
+// after 2 ms of untimed calls: a pool's threads spin for a while after their last work (tapegrad's
+// workers 500 us, Note [intra-op threads]), and the next way's first calls would share the cores
+// with them. The benchmark's own time is all of it; the counters are each way's GFLOP/s.
+void three_ways(benchmark::State& state, const Product& p, DType t, int threads) {
+  set_num_threads(threads);
+  const Tensor a = random(p.a, t), b = random(p.b, t);
+  Tensor out = Tensor::empty(out_shape(p), t), direct = Tensor::empty(out_shape(p), t);
+  Graph g;
+  Var va = g.parameter(a.clone()), vb = g.parameter(b.clone());
+  auto call = [&](int way) {
+    if (way == 0) {
+      kernels::matmul(a, false, b, false, out);
+    } else if (way == 1) {
+      g.clear();
+      benchmark::DoNotOptimize(ops::matmul(va, vb).value().raw_data());
+    } else {
+      openblas_set_num_threads(threads);
+      cblas_products(p, t, a, b, direct);
     }
     benchmark::DoNotOptimize(out.raw_data());
+    benchmark::DoNotOptimize(direct.raw_data());
+  };
+  auto seconds_since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  double seconds[3] = {0, 0, 0};
+  int64_t calls[3] = {0, 0, 0};
+  for (auto _ : state) {
+    for (int way = 0; way < 3; ++way) {
+      const Clock::time_point warm = Clock::now();
+      while (seconds_since(warm) < 2e-3) call(way);
+      const Clock::time_point t0 = Clock::now();
+      do {
+        call(way);
+        ++calls[way];
+      } while (seconds_since(t0) < 10e-3);
+      seconds[way] += seconds_since(t0);
+    }
   }
-  report(state, p);
+  const char* names[3] = {"kernel", "op", "cblas"};
+  for (int way = 0; way < 3; ++way)
+    state.counters[names[way]] = flops(p) * static_cast<double>(calls[way]) * 1e-9 / seconds[way];
+}
+
+void fsum(benchmark::State& state, const Product& p, DType t, int threads) {
+  set_num_threads(threads);
+  const int64_t n = p.a[p.a.ndim() - 2], k = p.a[p.a.ndim() - 1], m = p.b[p.b.ndim() - 1];
+  std::vector<Tensor> as, bs, outs;  // the batch's products, one 2-D call each
+  for (int64_t i = 0; i < out_shape(p).numel() / (n * m); ++i) {
+    as.push_back(random(Shape{n, k}, t));
+    bs.push_back(random(Shape{k, m}, t));
+    outs.push_back(Tensor::empty(Shape{n, m}, t));
+  }
+  for (auto _ : state) {
+    for (size_t i = 0; i < outs.size(); ++i) kernels::matmul_fsum(as[i], false, bs[i], false, outs[i]);
+    benchmark::DoNotOptimize(outs.back().raw_data());
+  }
+  state.counters["fsum"] = benchmark::Counter(flops(p) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  using Fn = void (*)(benchmark::State&, const Product&, DType, int);
-  const std::pair<const char*, Fn> impls[] = {{"kernel", kernel}, {"op", op}, {"cblas", cblas}};
   for (const Product& p : kProducts)
     for (DType t : {DType::f32, DType::f64})
       for (int threads : {1, 2})
-        for (const auto& [impl, fn] : impls) {
-          const std::string name = std::string("matmul/") + dtype_name(t) + "/" + p.name + "/threads=" +
-                                   std::to_string(threads) + "/" + impl;
-          benchmark::RegisterBenchmark(name.c_str(), fn, p, t, threads)->UseRealTime()->Unit(benchmark::kMicrosecond);
-        }
+        benchmark::RegisterBenchmark(
+            (std::string("matmul/") + dtype_name(t) + "/" + p.name + "/threads=" + std::to_string(threads)).c_str(),
+            three_ways, p, t, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+  for (const Product& p : kProducts)
+    for (int threads : {1, 2})
+      if (p.a[p.a.ndim() - 1] < 1024)
+        benchmark::RegisterBenchmark(
+            (std::string("matmul_fsum/f64/") + p.name + "/threads=" + std::to_string(threads)).c_str(), fsum, p,
+            DType::f64, threads)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
