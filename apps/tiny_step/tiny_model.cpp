@@ -4,7 +4,8 @@
 // Parity with the reference is a property of the arithmetic order (docs/design.md; the reference's
 // own order is docs/tiny_step.md, "Arithmetic"): every f64 kernel this model uses computes what the
 // Python code computes, in the same order, with correctly rounded sums where the reference calls
-// math.fsum; its matrix product is the app's own op for that (Note [the tiny step's matrix product]).
+// math.fsum; its matrix product and its cross-entropy are the app's own ops for that
+// (reference_matmul.hpp, reference_loss.hpp).
 #include "tiny_model.hpp"
 
 #include <chrono>
@@ -12,12 +13,12 @@
 #include <cstdio>
 #include <map>
 
-#include "tapegrad/graph/function.hpp"
 #include "tapegrad/graph/gradcheck.hpp"
 #include "tapegrad/tape/tape_dump.hpp"
 #include "tapegrad/io/atomic_file.hpp"
 #include "python_compat.hpp"
-#include "tapegrad/kernels/kernels.hpp"
+#include "reference_loss.hpp"
+#include "reference_matmul.hpp"
 #include "tapegrad/ops/ops.hpp"
 #include "tapegrad/optim/sgd.hpp"
 
@@ -172,48 +173,10 @@ Model::Model(const Config& c, Device dev) : device(dev) {
   targets = Tensor::from_vector(tg, Shape{static_cast<int64_t>(tg.size())}, dev);
 }
 
-// Note [the tiny step's matrix product]
-// The reference's matrix products are fsums of rounded products (docs/tiny_step.md, "Arithmetic");
-// the library's matmul is BLAS's arithmetic (fused multiply-adds, its own order), so the model
-// multiplies through kernels::matmul_fsum instead, forward and backward, on every device: that
-// keeps the trace equal to the reference's and CPU and CUDA equal to each other, byte for byte.
-// The op records under the name "matmul": it is that op with the reference's rounding, so tape
-// dumps, the tape page and docs/teaching.md show it, and its rule, as the derivatives table's
-// matmul.
-namespace {
-
-struct FsumMatmul {
-  static constexpr const char* name = "matmul";
-
-  // x (B, d) @ w (d, V) -> (B, V)
-  static Tensor forward(const std::vector<Tensor>& in, tapegrad::Saved&) {
-    Tensor out = Tensor::empty(Shape{in[0].dim(0), in[1].dim(1)}, in[0].dtype(), in[0].device());
-    tapegrad::kernels::matmul_fsum(in[0], false, in[1], false, out);
-    return out;
-  }
-
-  // dx = dy @ w^T (B, d), dw = x^T @ dy (d, V)
-  static void backward(tapegrad::BackwardContext& ctx) {
-    const Tensor& dy = ctx.grad_output();
-    if (ctx.needs_grad(0)) {
-      Tensor dx = Tensor::empty(ctx.input(0).shape(), dy.dtype(), dy.device());
-      tapegrad::kernels::matmul_fsum(dy, false, ctx.input(1), true, dx);
-      ctx.accumulate(0, dx);
-    }
-    if (ctx.needs_grad(1)) {
-      Tensor dw = Tensor::empty(ctx.input(1).shape(), dy.dtype(), dy.device());
-      tapegrad::kernels::matmul_fsum(ctx.input(0), true, dy, false, dw);
-      ctx.accumulate(1, dw);
-    }
-  }
-};
-
-}  // namespace
-
 Var Model::loss(Graph& graph, Var* x_out, Var* logits_out) const {
-  Var x = ops::gather(embedding, graph.input(ids, "input_ids")).label("x");               // (B, d)
-  Var logits = ops::add_row(tapegrad::apply<FsumMatmul>({x, weights}), bias).label("logits");  // (B, V)
-  Var loss = ops::cross_entropy(logits, graph.input(targets, "target_ids")).label("loss");  // ()
+  Var x = ops::gather(embedding, graph.input(ids, "input_ids")).label("x");          // (B, d)
+  Var logits = ops::add_row(reference_matmul(x, weights), bias).label("logits");     // (B, V)
+  Var loss = reference_cross_entropy(logits, graph.input(targets, "target_ids")).label("loss");  // ()
   if (x_out) *x_out = x;
   if (logits_out) *logits_out = logits;
   return loss;
@@ -362,7 +325,7 @@ json::Value trace(const Config& c, Device device, const TraceOptions& options) {
   {
     tapegrad::NoGrad no_grad(g);
     probs = ops::softmax(logits).value();
-    losses = ops::cross_entropy(logits, g.input(m.targets), ops::Reduction::none).value();
+    losses = reference_cross_entropy(logits, g.input(m.targets), ops::Reduction::none).value();
   }
   const double loss_before = loss.value().item();
   for (double l : losses.to_doubles())

@@ -1,7 +1,7 @@
 // The tiny next-token model of the Python reference (docs/tiny_step.md, "Model"), assembled from
 // the graph: embedding gather, matmul, bias row, cross-entropy. The engine computes every gradient;
-// the one op of the app's own is the matmul with the reference's rounding (a custom op, Note [the
-// tiny step's matrix product] in tiny_model.cpp).
+// the matmul and the cross-entropy are the app's own ops, with the reference's arithmetic
+// (reference_matmul.hpp, reference_loss.hpp).
 #pragma once
 
 #include <string>

@@ -20,7 +20,9 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tapegrad/graph/stable_vector.hpp"
@@ -88,13 +90,39 @@ struct Value {
 
 using BackwardFn = void (*)(BackwardContext&);
 
+// A node's inputs: value ids with the storage versions they had at record (Note [saved versions]
+// in graph.cpp). Three live inline; an op over more (concat, stack) spills the rest to the heap.
+class NodeInputs {
+ public:
+  int size() const { return n_; }
+  int32_t operator[](int k) const { return k < kInline ? ids_[static_cast<size_t>(k)] : more_[static_cast<size_t>(k - kInline)].first; }
+  uint32_t version(int k) const {
+    return k < kInline ? versions_[static_cast<size_t>(k)] : more_[static_cast<size_t>(k - kInline)].second;
+  }
+  void push(int32_t id, uint32_t version) {
+    if (n_ < kInline) {
+      ids_[static_cast<size_t>(n_)] = id;
+      versions_[static_cast<size_t>(n_)] = version;
+    } else {
+      more_.emplace_back(id, version);
+    }
+    ++n_;
+  }
+
+ private:
+  static constexpr int kInline = 3;
+  std::array<int32_t, kInline> ids_{-1, -1, -1};
+  std::array<uint32_t, kInline> versions_{};
+  int n_ = 0;
+  std::vector<std::pair<int32_t, uint32_t>> more_;
+};
+
 struct Node {
   const char* op = "";
   BackwardFn backward = nullptr;
   int32_t output = -1;
-  uint8_t n_inputs = 0;
-  std::array<int32_t, 3> inputs{-1, -1, -1};
-  std::array<uint32_t, 4> versions{};  // the inputs' and the output's storage versions at record
+  uint32_t output_version = 0;  // the output's storage version at record
+  NodeInputs inputs;
   std::array<Tensor, 2> saved;  // what the backward needs beyond the inputs and output values
   double scalar = 0.0;          // one attribute (a scale factor, a divisor)
 };
@@ -151,6 +179,11 @@ class Graph {
   // gradient; it saves `saved` and `scalar` for the backward rule. `op` must outlive the graph (a
   // string literal).
   Var record(const char* op, Tensor out, std::initializer_list<Var> inputs, BackwardFn backward,
+             std::array<Tensor, 2> saved = {}, double scalar = 0.0) {
+    return record(op, std::move(out), std::span<const Var>(inputs.begin(), inputs.size()), backward, std::move(saved),
+                  scalar);
+  }
+  Var record(const char* op, Tensor out, std::span<const Var> inputs, BackwardFn backward,
              std::array<Tensor, 2> saved = {}, double scalar = 0.0);
 
   // ---- inspection (dumps, tests)

@@ -117,15 +117,6 @@ Var transpose(Var x) {
   });
 }
 
-// x (any) -> shape (same numel), sharing storage;  dx = dy reshaped to x's shape
-Var reshape(Var x, const Shape& shape) {
-  Graph& g = graph_of("reshape", {x});
-  Tensor out = x.value().reshape(shape);
-  return g.record("reshape", std::move(out), {x}, [](BackwardContext& ctx) {
-    ctx.accumulate(0, ctx.grad_output().reshape(ctx.input(0).shape()));
-  });
-}
-
 // x (any) -> ();  dx = dy broadcast to x's shape
 Var sum(Var x) {
   Graph& g = graph_of("sum", {x});
@@ -209,7 +200,7 @@ Var linear(Var x, Var w, Var b) {
       kernels::matmul(dy, true, x, false, dW);
       ctx.accumulate(1, dW);
     }
-    if (ctx.node().n_inputs == 3 && ctx.needs_grad(2)) {
+    if (ctx.node().inputs.size() == 3 && ctx.needs_grad(2)) {
       Tensor db = like(ctx.input(2));
       kernels::sum_rows(dy, db);
       ctx.accumulate(2, db);

@@ -29,6 +29,7 @@
 #include "tapegrad/kernels/kernels.hpp"
 #include "tapegrad/ops/ops.hpp"
 #include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
+#include "tapegrad/ops/fused/attention.hpp"
 #include "tapegrad/optim/adamw.hpp"
 #include "tapegrad/optim/sgd.hpp"
 
@@ -768,6 +769,83 @@ TEST_CASE("[gpu] every case of the op-case table: CUDA against the CPU, forward 
       REQUIRE(cpu.size() == gpu.size());
       for (size_t k = 0; k < cpu.size(); ++k)
         check_close(cpu[k], gpu[k], dtype == DType::f64 ? 1e-13 : 2e-6, what + (k ? " gradient " + std::to_string(k) : " forward"));
+    }
+  }
+}
+
+// The N-d kernels' other launch paths, which the op cases' small shapes do not reach: packed loops
+// and their tails, packed broadcasts, reductions a warp per output, in pieces, and element by element.
+TEST_CASE("[gpu] N-d kernels on large and odd shapes: CUDA against the CPU") {
+  for (const DType dt : {DType::f64, DType::f32}) {
+    const double tol = dt == DType::f64 ? 1e-13 : 2e-6;
+    for (const Shape& s : {Shape{1001}, Shape{64, 128}, Shape{63, 127}, Shape{3, 5, 1024}}) {
+      const Tensor a = random(s, dt), b = random(s, dt);
+      Shape row_shape{s[s.ndim() - 1]};
+      const Tensor row = random(row_shape, dt);
+      for (const kernels::Binary op : {kernels::Binary::add, kernels::Binary::mul, kernels::Binary::maximum}) {
+        for (const Tensor* other : {&b, &row}) {
+          Tensor c = Tensor::empty(s, dt), g = Tensor::empty(s, dt, kGpu);
+          kernels::binary(op, a, *other, c);
+          kernels::binary(op, a.to(kGpu), other->to(kGpu), g);
+          check_close(c, g, tol, std::string(kernels::binary_name(op)) + " " + s.str() + " by " + other->shape().str());
+        }
+      }
+      Tensor c = Tensor::empty(s, dt), g = Tensor::empty(s, dt, kGpu);
+      kernels::unary(kernels::Unary::tanh, a, c);
+      kernels::unary(kernels::Unary::tanh, a.to(kGpu), g);
+      check_close(c, g, tol, "tanh " + s.str());
+    }
+    // reductions: over the first axis (pieces), the last (a warp per output), a middle one (one thread)
+    for (const auto& [shape, kept] : {std::pair{Shape{5000, 37}, Shape{1, 37}}, std::pair{Shape{37, 5000}, Shape{37, 1}},
+                                      std::pair{Shape{6, 300, 7}, Shape{6, 1, 7}}, std::pair{Shape{300, 9}, Shape{1, 1}}}) {
+      const Tensor x = random(shape, dt);
+      for (const kernels::Reduce op : {kernels::Reduce::sum, kernels::Reduce::mean, kernels::Reduce::max}) {
+        Tensor c = Tensor::empty(kept, dt), g = Tensor::empty(kept, dt, kGpu);
+        kernels::reduce(op, x, kept, c);
+        kernels::reduce(op, x.to(kGpu), kept, g);
+        check_close(c, g, tol, "reduce " + std::to_string(static_cast<int>(op)) + " " + shape.str() + " to " + kept.str());
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// the fused attention (src/cuda/attention.cu) past one tile of 64
+
+// scaled_dot_product_attention on CUDA against the CPU at T = 300 (five tiles, the last partial),
+// hd = 64, causal and not, Tq != Tk both ways, dv != d, a head that takes the flash kernels' D = 128,
+// one past 128 (the reference kernels in f32 too) and an odd one: the forward and every gradient,
+// and the same bits from a second run.
+TEST_CASE("[gpu] scaled_dot_product_attention at T = 300, hd = 64 and other sizes: CUDA against the CPU") {
+  struct Size {
+    int64_t b, h, tq, tk, d, dv;
+    bool causal;
+  };
+  const Size sizes[] = {{2, 3, 300, 300, 64, 64, false}, {2, 3, 300, 300, 64, 64, true}, {1, 2, 100, 300, 64, 64, false},
+                        {1, 2, 300, 77, 64, 48, false},  {1, 2, 130, 130, 128, 96, true}, {1, 1, 70, 70, 160, 3, true},
+                        {1, 1, 65, 65, 7, 5, true}};
+  for (const Size& s : sizes) {
+    for (DType dtype : kFloats) {
+      char label[96];
+      std::snprintf(label, sizeof label, "(%lld, %lld, Tq %lld, Tk %lld, d %lld, dv %lld)%s %s", static_cast<long long>(s.b),
+                    static_cast<long long>(s.h), static_cast<long long>(s.tq), static_cast<long long>(s.tk),
+                    static_cast<long long>(s.d), static_cast<long long>(s.dv), s.causal ? " causal" : "", name(dtype));
+      const std::string what = label;
+      const Tensor q = random({s.b, s.h, s.tq, s.d}, dtype, -1, 1), k = random({s.b, s.h, s.tk, s.d}, dtype, -1, 1);
+      const Tensor v = random({s.b, s.h, s.tk, s.dv}, dtype, -1, 1), r = random({s.b, s.h, s.tq, s.dv}, dtype, -1, 1);
+      auto run = [&](Device device) {
+        Graph g;
+        Var vq = g.parameter(q.to(device)), vk = g.parameter(k.to(device)), vv = g.parameter(v.to(device));
+        Var y = ops::scaled_dot_product_attention(vq, vk, vv, s.causal);
+        g.backward(ops::sum(ops::mul(y, g.input(r.to(device)))));
+        return std::vector<Tensor>{y.value().to(kCpu), vq.grad().to(kCpu), vk.grad().to(kCpu), vv.grad().to(kCpu)};
+      };
+      const std::vector<Tensor> cpu = run(kCpu), gpu = run(kGpu), again = run(kGpu);
+      const std::string parts[] = {" forward", " dq", " dk", " dv"};
+      for (size_t i = 0; i < 4; ++i) {
+        check_bits(gpu[i], again[i], what + parts[i] + ": the same bits on every run");
+        check_close(cpu[i], gpu[i], dtype == DType::f64 ? 1e-13 : 5e-6, what + parts[i]);
+      }
     }
   }
 }

@@ -1,6 +1,6 @@
 // The tiny model's arithmetic: its matrix product is matmul_fsum's (the reference's fsum of
-// rounded products), forward and backward, not the library's BLAS matmul (Note [the tiny step's
-// matrix product] in apps/tiny_step/tiny_model.cpp).
+// rounded products), forward and backward, not the library's BLAS matmul
+// (apps/tiny_step/reference_matmul.hpp).
 #include <doctest/doctest.h>
 
 #include <cstring>
