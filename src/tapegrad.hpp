@@ -20,3 +20,8 @@
 #include "tapegrad/ops/ops.hpp"
 #include "tapegrad/optim/adamw.hpp"
 #include "tapegrad/optim/sgd.hpp"
+// the layer library
+#include "tapegrad/nn/init.hpp"
+#include "tapegrad/nn/layers.hpp"
+#include "tapegrad/nn/module.hpp"
+#include "tapegrad/nn/state_dict.hpp"
