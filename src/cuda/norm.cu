@@ -126,7 +126,7 @@ __global__ void norm_backward_f32_kernel(NormRows<float> a) {
     for (int64_t j = lane; j < a.m; j += kNormWarp) {
       const float g = a.w ? dy[j] * a.w[j] : dy[j];
       part_g += static_cast<double>(g);
-      part_gx += static_cast<double>(g) * static_cast<double>(xhat_of(a, x[j], mean, rstd));
+      part_gx += static_cast<double>(g * xhat_of(a, x[j], mean, rstd));  // the f32 product, as the CPU's
     }
     const double sum_g = a.centered ? lanes_sum(part_g) : 0.0, sum_gx = lanes_sum(part_gx);
     const float mean_g = static_cast<float>(sum_g / static_cast<double>(a.m));
@@ -185,7 +185,7 @@ __global__ void norm_columns_f32_kernel(NormRows<float> a, int64_t rows_per_chun
     for (int64_t i = first + threadIdx.y; i < last; i += kColumnRows) {
       const float dy = a.dy[i * a.m + j];
       const float xhat = xhat_of(a, a.x[i * a.m + j], a.centered ? a.mean[i] : 0.0f, a.rstd[i]);
-      acc_w += static_cast<double>(dy) * static_cast<double>(xhat);
+      acc_w += static_cast<double>(dy * xhat);  // the f32 product, as the CPU's
       acc_b += static_cast<double>(dy);
     }
   }

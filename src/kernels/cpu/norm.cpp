@@ -12,21 +12,35 @@
 //   xhat = (x - mean) * rstd and g = dy * w: A = fsum(g) / C, B = fsum(g * xhat) / C,
 //   dx = rstd * ((g - A) - xhat * B), dw = fsum over rows of dy * xhat, db = fsum of dy. CUDA
 //   evaluates the same expressions with ExactSum, so the two devices give the same bits.
-// f32: a row's sums accumulate in double, element j into lane j % 16 in increasing j, and the 16
-//   lanes meet in a fixed tree (lane l += lane l + 8, then + 4, + 2, + 1): deterministic, and a
-//   form of sum the compiler vectorizes without reassociating it. mean, rstd, A and B are computed
-//   in double and rounded to f32 once; the forward saves the rounded mean and rstd and computes y
-//   from them, so the backward's xhat is the forward's exactly. Elementwise work is in f32.
-//   dw and db accumulate in double per column, a block of rows at a time (Note [norm row blocks]),
-//   the blocks' sums added in block order. CUDA sums in another fixed order: its f32 results agree
-//   with these within f32 rounding, not bit for bit.
+// f32 forward: a row's sums accumulate in double, element j into lane j % 16 in increasing j, and
+//   the 16 lanes meet in a fixed tree (lane l += lane l + 8, then + 4, + 2, + 1): deterministic,
+//   and a form of sum the compiler vectorizes without reassociating it. mean and rstd are computed
+//   in double and rounded to f32 once; the forward saves them rounded and computes y from them, so
+//   the backward's xhat is the forward's exactly. Elementwise work is in f32.
+// f32 backward: see Note [norm backward arithmetic]. CUDA sums in other fixed orders: its f32
+//   results agree with the CPU's within f32 rounding, not bit for bit.
+//
+// Note [norm backward arithmetic]
+// The f32 backward has four sums per element (g and g * xhat along the row; dy * xhat and dy down
+// the column), and converting each f32 term to double before adding it was most of its time, about
+// 1.6 times libtorch's (whose sums are all in f32). So its terms first meet in f32, in short fixed
+// groups, and only the groups' sums are converted and accumulated in double:
+// - along a row, lane j % 16 adds its f32 terms (g = dy * w and g * xhat, each rounded to f32) in
+//   f32 over runs of 4 lane vectors (64 elements, the row's last run shorter), and adds each run's
+//   f32 sum to its double accumulator; the lanes then meet in double as in the forward;
+// - down a column, the rows of a block go in groups of 4 (the block's last group shorter); a
+//   group's terms dy * xhat (and dy) meet in f32 as (t0 + t1) + (t2 + t3), and that f32 sum is
+//   added to the block's double partial sum.
+// Each f32 sum has at most 4 terms, so its rounding error is a few units of 2^-24 of the group's
+// magnitudes, far below an f32 accumulation along the whole row or column; every order is fixed by
+// the shape alone, so the bits do not depend on the thread count.
 //
 // Note [norm row blocks]
-// The backward's column sums must not depend on the thread count, so the rows are cut into blocks
-// whose size comes from the row count alone: at least 16 rows, and at most 256 blocks (so the
-// blocks' partial sums, 16 bytes per column each, stay a few percent of the tensors' bytes). Each
-// block adds its rows in order into its own partial sums; a thread takes whole blocks; then each
-// column's partials are added in block order.
+// The f32 backward's column sums must not depend on the thread count, so the rows are cut into
+// blocks whose size comes from the row count alone: at least 16 rows, and at most 256 blocks (so
+// the blocks' partial sums, 16 bytes per column each, stay a few percent of the tensors' bytes).
+// Each block adds its groups of rows in order into its own partial sums; a thread takes whole
+// blocks; then each column's partials are added in block order.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -48,6 +62,8 @@ using kernels::Norm;
 #define TG_NORM_INLINE [[gnu::always_inline]] inline
 
 constexpr int kLanes = 16;
+constexpr int kRun = 4;        // f32 backward sums: 16-lane vectors a lane adds in f32 before double
+constexpr int kGroupRows = 4;  // f32 backward: rows whose dw and db terms meet in f32 first
 
 // The f32 rows' sum of f(0), ..., f(m - 1) in double (Note [norm arithmetic]).
 template <class F>
@@ -113,38 +129,126 @@ TG_NORM_INLINE void forward_row(const NormArgs<T>& a, int64_t i, double* buf) {
   a.rstd[i] = rstd_t;
 }
 
-// One row of the backward: dx (when wanted), and its terms of dw and db (f32: into the block's
-// partial sums; f64: dy * xhat into prod, summed exactly afterwards).
+// The backward's two row sums, sum(g) (Both) and sum(g * xhat), from f(j, u, v) giving the terms
+// of element j: correctly rounded for f64 (terms through buf, 2 m doubles); for f32 in runs
+// (Note [norm backward arithmetic]).
+template <class T, bool Both, class F>
+TG_NORM_INLINE void row_sums(int64_t m, F f, double* sum_u, double* sum_v, double* buf) {
+  if constexpr (std::is_same_v<T, double>) {
+    for (int64_t j = 0; j < m; ++j) f(j, buf[j], buf[m + j]);
+    if constexpr (Both) *sum_u = exact_sum(buf, static_cast<size_t>(m));
+    *sum_v = exact_sum(buf + m, static_cast<size_t>(m));
+  } else {
+    (void)buf;
+    double du[kLanes] = {}, dv[kLanes] = {};
+    float fu[kLanes] = {}, fv[kLanes] = {};
+    auto add = [&](int64_t j, int l) {
+      float u = 0.0f, v;
+      f(j, u, v);
+      if constexpr (Both) fu[l] += u;
+      fv[l] += v;
+    };
+    auto flush = [&] {
+      for (int l = 0; l < kLanes; ++l) {
+        if constexpr (Both) du[l] += static_cast<double>(fu[l]);
+        dv[l] += static_cast<double>(fv[l]);
+        fu[l] = 0.0f;
+        fv[l] = 0.0f;
+      }
+    };
+    int64_t j = 0;
+    for (; j + kRun * kLanes <= m; j += kRun * kLanes) {  // whole runs
+      for (int r = 0; r < kRun; ++r)
+        for (int l = 0; l < kLanes; ++l) add(j + r * kLanes + l, l);
+      flush();
+    }
+    for (; j + kLanes <= m; j += kLanes)  // the last, shorter run
+      for (int l = 0; l < kLanes; ++l) add(j + l, l);
+    for (int l = 0; j + l < m; ++l) add(j + l, l);
+    flush();
+    for (int width = kLanes / 2; width > 0; width /= 2)
+      for (int l = 0; l < width; ++l) {
+        if constexpr (Both) du[l] += du[l + width];
+        dv[l] += dv[l + width];
+      }
+    if constexpr (Both) *sum_u = du[0];
+    *sum_v = dv[0];
+  }
+}
+
+// dx of row i: rstd * ((g - mean(g)) - xhat * mean(g * xhat)), rms_norm without the mean(g) term.
 template <class T, bool Centered, bool W>
-TG_NORM_INLINE void backward_row(const NormArgs<T>& a, int64_t i, double* __restrict pw, double* __restrict pb,
-                                 double* buf) {
+TG_NORM_INLINE void dx_row(const NormArgs<T>& a, int64_t i, double* buf) {
   const int64_t m = a.m;
   const T* __restrict x = a.x + i * m;
   const T* __restrict dy = a.dy + i * m;
   const T* __restrict w = a.w;
+  T* __restrict dx = a.y + i * m;
   const T mean = Centered ? a.mean[i] : T(0), rstd = a.rstd[i];
   auto xhat = [&](int64_t j) -> T { return Centered ? (x[j] - mean) * rstd : x[j] * rstd; };
   auto g = [&](int64_t j) -> T {
     if constexpr (W) return dy[j] * w[j];
     else return dy[j];
   };
-  if (a.y) {
-    T* __restrict dx = a.y + i * m;
-    double sum_g = 0.0;
-    if constexpr (Centered) sum_g = row_sum<T>(m, [&](int64_t j) { return static_cast<double>(g(j)); }, buf);
-    const double sum_gx = row_sum<T>(m, [&](int64_t j) { return static_cast<double>(g(j)) * static_cast<double>(xhat(j)); }, buf);
-    const T mean_g = static_cast<T>(sum_g / static_cast<double>(m)), mean_gx = static_cast<T>(sum_gx / static_cast<double>(m));
-    for (int64_t j = 0; j < m; ++j)
-      dx[j] = Centered ? rstd * ((g(j) - mean_g) - xhat(j) * mean_gx) : rstd * (g(j) - xhat(j) * mean_gx);
+  double sum_g = 0.0, sum_gx = 0.0;
+  row_sums<T, Centered>(m, [&](int64_t j, T& u, T& v) {
+    const T gj = g(j);
+    u = gj;
+    v = gj * xhat(j);
+  }, &sum_g, &sum_gx, buf);
+  const T mean_g = static_cast<T>(sum_g / static_cast<double>(m)), mean_gx = static_cast<T>(sum_gx / static_cast<double>(m));
+  for (int64_t j = 0; j < m; ++j)
+    dx[j] = Centered ? rstd * ((g(j) - mean_g) - xhat(j) * mean_gx) : rstd * (g(j) - xhat(j) * mean_gx);
+}
+
+// f64: prod (row i) = dy * xhat, for the exact column sums of dw.
+template <bool Centered>
+TG_NORM_INLINE void prod_row(const NormArgs<double>& a, int64_t i) {
+  const int64_t m = a.m;
+  const double* __restrict x = a.x + i * m;
+  const double* __restrict dy = a.dy + i * m;
+  double* __restrict prod = a.prod + i * m;
+  const double mean = Centered ? a.mean[i] : 0.0, rstd = a.rstd[i];
+  for (int64_t j = 0; j < m; ++j) prod[j] = dy[j] * (Centered ? (x[j] - mean) * rstd : x[j] * rstd);
+}
+
+// f32: R consecutive rows' terms of dw and db, summed over the R rows in f32 by a fixed tree, then
+// added to the block's partial sums in double: pw += (double) sum_r dy_r * xhat_r, pb likewise.
+template <bool Centered, int R, bool PW, bool PB>
+TG_NORM_INLINE void group_partials(const NormArgs<float>& a, int64_t i, double* __restrict pw, double* __restrict pb) {
+  const int64_t m = a.m;
+  const float* x[R];
+  const float* dy[R];
+  float mean[R], rstd[R];
+  for (int r = 0; r < R; ++r) {
+    x[r] = a.x + (i + r) * m;
+    dy[r] = a.dy + (i + r) * m;
+    mean[r] = Centered ? a.mean[i + r] : 0.0f;
+    rstd[r] = a.rstd[i + r];
   }
-  if (pw)
-    for (int64_t j = 0; j < m; ++j) pw[j] += static_cast<double>(dy[j]) * static_cast<double>(xhat(j));
-  if (pb)
-    for (int64_t j = 0; j < m; ++j) pb[j] += static_cast<double>(dy[j]);
-  if (a.prod) {
-    T* __restrict prod = a.prod + i * m;
-    for (int64_t j = 0; j < m; ++j) prod[j] = dy[j] * xhat(j);
+  auto tree = [](auto term) {
+    if constexpr (R == 4) return (term(0) + term(1)) + (term(2) + term(3));
+    else if constexpr (R == 3) return (term(0) + term(1)) + term(2);
+    else if constexpr (R == 2) return term(0) + term(1);
+    else return term(0);
+  };
+  for (int64_t j = 0; j < m; ++j) {
+    if constexpr (PW) {
+      const float t = tree([&](int r) {
+        const float xh = Centered ? (x[r][j] - mean[r]) * rstd[r] : x[r][j] * rstd[r];
+        return dy[r][j] * xh;
+      });
+      pw[j] += static_cast<double>(t);
+    }
+    if constexpr (PB) pb[j] += static_cast<double>(tree([&](int r) { return dy[r][j]; }));
   }
+}
+
+template <bool Centered, int R>
+TG_NORM_INLINE void group_partials(const NormArgs<float>& a, int64_t i, double* pw, double* pb) {
+  if (pw && pb) group_partials<Centered, R, true, true>(a, i, pw, pb);
+  else if (pw) group_partials<Centered, R, true, false>(a, i, pw, pb);
+  else if (pb) group_partials<Centered, R, false, true>(a, i, pw, pb);
 }
 
 template <class T, bool Centered, bool W, bool B>
@@ -153,17 +257,34 @@ TG_NORM_INLINE void forward_rows(const NormArgs<T>& a, int64_t begin, int64_t en
   for (int64_t i = begin; i < end; ++i) forward_row<T, Centered, W, B>(a, i, buf.data());
 }
 
-// Blocks [begin, end) of Note [norm row blocks].
+// Blocks [begin, end) of Note [norm row blocks]: each row's dx, then its terms of dw and db.
 template <class T, bool Centered, bool W>
 TG_NORM_INLINE void backward_blocks(const NormArgs<T>& a, int64_t begin, int64_t end) {
-  std::vector<double> buf(std::is_same_v<T, double> ? static_cast<size_t>(a.m) : 0);
+  std::vector<double> buf(std::is_same_v<T, double> ? 2 * static_cast<size_t>(a.m) : 0);
   for (int64_t block = begin; block < end; ++block) {
-    double* pw = a.partial_w ? a.partial_w + block * a.m : nullptr;
-    double* pb = a.partial_b ? a.partial_b + block * a.m : nullptr;
-    if (pw) std::fill(pw, pw + a.m, 0.0);
-    if (pb) std::fill(pb, pb + a.m, 0.0);
-    const int64_t last = std::min(a.n, (block + 1) * a.rows_per_block);
-    for (int64_t i = block * a.rows_per_block; i < last; ++i) backward_row<T, Centered, W>(a, i, pw, pb, buf.data());
+    const int64_t first = block * a.rows_per_block, last = std::min(a.n, first + a.rows_per_block);
+    if constexpr (std::is_same_v<T, double>) {
+      for (int64_t i = first; i < last; ++i) {
+        if (a.y) dx_row<T, Centered, W>(a, i, buf.data());
+        if (a.prod) prod_row<Centered>(a, i);
+      }
+    } else {
+      double* pw = a.partial_w ? a.partial_w + block * a.m : nullptr;
+      double* pb = a.partial_b ? a.partial_b + block * a.m : nullptr;
+      if (pw) std::fill(pw, pw + a.m, 0.0);
+      if (pb) std::fill(pb, pb + a.m, 0.0);
+      for (int64_t i = first; i < last; i += kGroupRows) {  // groups of 4 rows, the last one shorter
+        const int64_t rows = std::min<int64_t>(kGroupRows, last - i);
+        if (a.y)
+          for (int64_t r = 0; r < rows; ++r) dx_row<T, Centered, W>(a, i + r, buf.data());
+        switch (rows) {
+          case 4: group_partials<Centered, 4>(a, i, pw, pb); break;
+          case 3: group_partials<Centered, 3>(a, i, pw, pb); break;
+          case 2: group_partials<Centered, 2>(a, i, pw, pb); break;
+          default: group_partials<Centered, 1>(a, i, pw, pb); break;
+        }
+      }
+    }
   }
 }
 
