@@ -135,48 +135,30 @@ void torch_layer_norm_kernels(benchmark::State& state, bool backward) {
   set_counters(state);
 }
 
-void torch_op(benchmark::State& state, bool layer) {
+// Forward and backward through torch's autograd: layer_norm or the rms_norm composite, then
+// sum(y * dy).backward() (seeded: y.backward(dy), the rms_norm kernels' stand-in).
+void torch_autograd(benchmark::State& state, bool layer, bool seeded) {
   at::set_num_threads(static_cast<int>(state.range(1)));
   const int64_t n = rows_of(state);
   const Inputs in(n);
   TorchInputs t(in, n);
-  t.x.requires_grad_(true);
-  t.w.requires_grad_(true);
-  t.b.requires_grad_(true);
+  for (at::Tensor* p : {&t.x, &t.w, &t.b}) p->requires_grad_(true);
   for (auto _ : state) {
-    t.x.mutable_grad() = at::Tensor();
-    t.w.mutable_grad() = at::Tensor();
-    t.b.mutable_grad() = at::Tensor();
+    for (at::Tensor* p : {&t.x, &t.w, &t.b}) p->mutable_grad() = at::Tensor();
     at::Tensor y = layer ? at::layer_norm(t.x, {kC}, t.w, t.b, 1e-5)
                          : t.x * at::rsqrt(t.x.pow(2).mean({-1}, true) + 1e-5) * t.w;
-    (y * t.dy).sum().backward();
+    if (seeded) y.backward(t.dy);
+    else (y * t.dy).sum().backward();
     benchmark::DoNotOptimize(t.x.grad().data_ptr());
   }
   set_counters(state);
 }
 
-// rms_norm's composite forward and autograd backward from a given dy
-void BM_TorchRmsNormKernels(benchmark::State& state) {
-  at::set_num_threads(static_cast<int>(state.range(1)));
-  const int64_t n = rows_of(state);
-  const Inputs in(n);
-  TorchInputs t(in, n);
-  t.x.requires_grad_(true);
-  t.w.requires_grad_(true);
-  for (auto _ : state) {
-    t.x.mutable_grad() = at::Tensor();
-    t.w.mutable_grad() = at::Tensor();
-    at::Tensor y = t.x * at::rsqrt(t.x.pow(2).mean({-1}, true) + 1e-5) * t.w;
-    y.backward(t.dy);
-    benchmark::DoNotOptimize(t.x.grad().data_ptr());
-  }
-  set_counters(state);
-}
-
+void BM_TorchRmsNormKernels(benchmark::State& state) { torch_autograd(state, false, true); }
 void BM_TorchLayerNormForward(benchmark::State& state) { torch_layer_norm_kernels(state, false); }
 void BM_TorchLayerNormKernels(benchmark::State& state) { torch_layer_norm_kernels(state, true); }
-void BM_TorchLayerNormOp(benchmark::State& state) { torch_op(state, true); }
-void BM_TorchRmsNormOp(benchmark::State& state) { torch_op(state, false); }
+void BM_TorchLayerNormOp(benchmark::State& state) { torch_autograd(state, true, false); }
+void BM_TorchRmsNormOp(benchmark::State& state) { torch_autograd(state, false, false); }
 
 BENCHMARK(BM_TorchLayerNormForward)->Apply(sizes);
 BENCHMARK(BM_TorchLayerNormKernels)->Apply(sizes);
