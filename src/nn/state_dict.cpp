@@ -34,8 +34,12 @@ constexpr DType kDTypes[] = {DType::f64, DType::f32, DType::bf16, DType::f16, DT
 
 std::string shape_text(const Shape& s) {
   std::string text = "[";
-  for (int i = 0; i < s.ndim(); ++i) text += (i ? "," : "") + std::to_string(s[i]);
-  return text + "]";
+  for (int i = 0; i < s.ndim(); ++i) {
+    if (i) text += ',';
+    text += std::to_string(s[i]);
+  }
+  text += ']';
+  return text;
 }
 
 bool valid_name(std::string_view name) {
