@@ -20,6 +20,9 @@
 #include "tapegrad/ops/ops.hpp"
 #include "tapegrad/optim/adamw.hpp"
 #include "tapegrad/optim/sgd.hpp"
+// optimizers' schedules and gradient transforms
+#include "tapegrad/optim/clip.hpp"
+#include "tapegrad/optim/schedule.hpp"
 // the layer library
 #include "tapegrad/nn/init.hpp"
 #include "tapegrad/nn/layers.hpp"

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "tapegrad/kernels/binary_ops.hpp"
+#include "tapegrad/kernels/optim_ops.hpp"
 #include "tapegrad/kernels/strided.hpp"
 #include "tapegrad/kernels/unary_ops.hpp"
 #include "tapegrad/tensor/tensor.hpp"
@@ -162,6 +163,18 @@ struct AdamWSlot {
 };
 inline constexpr int64_t adamw_zero_block = 256;
 void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s);
+
+// ---- stateful optimizers and gradient transforms (src/optim/sgd.hpp, src/optim/clip.hpp)
+// torch.optim.SGD's update of one parameter in place, in its dtype (f32 or f64): SGDElement's math
+// (optim_ops.hpp) on every element, with weight decay when weight_decay != 0 and momentum when
+// momentum != 0, kept in buf (the parameter's shape and dtype; unused, and may be undefined,
+// without momentum), which is set to the decayed gradient when first_step is (PyTorch's buffer
+// made at its first step).
+void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& buf, const SGDScalars& s);
+// out (k,) f64, out[slot] = the sum of the squares of x's elements (x f32 or f64, any shape), in
+// the order of Note [sum of squares order] (optim_ops.hpp): the same bits on every device and
+// thread count. Read on the device: clip_grad_norm reads back one scalar for all its gradients.
+void sum_squares(const Tensor& x, Tensor& out, int64_t slot);
 
 // ---- convolution and pooling over images x (N, C, H, W) (src/ops/conv.cpp)
 // A kernel_h x kernel_w window moved by stride over x with pad rows and columns of padding on each
