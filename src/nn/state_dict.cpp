@@ -55,12 +55,12 @@ Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::
 // Names distinct and valid, tensors defined: what every writer needs. `where` begins messages.
 void check_writable(const StateDict& tensors, const std::string& where) {
   std::unordered_map<std::string_view, int> seen;
-  for (const NamedTensor& t : tensors) {
-    if (!valid_name(t.name))
-      throw Error(where + "'" + io::printable_bytes(t.name) +
+  for (const auto& t : tensors) {
+    if (!valid_name(t.first))
+      throw Error(where + "'" + io::printable_bytes(t.first) +
                   "' is not a tensor name: names are not empty and hold no white space or control characters");
-    if (!t.tensor.defined()) throw Error(where + "tensor '" + t.name + "' is empty (undefined)");
-    if (seen[t.name]++) throw Error(where + "tensor '" + t.name + "' is given twice");
+    if (!t.second.defined()) throw Error(where + "tensor '" + t.first + "' is empty (undefined)");
+    if (seen[t.first]++) throw Error(where + "tensor '" + t.first + "' is given twice");
   }
 }
 
@@ -71,11 +71,11 @@ void check_writable(const StateDict& tensors, const std::string& where) {
 std::vector<std::string> problems(const std::vector<std::pair<std::string, Var>>& params, const StateDict& tensors,
                                   const char* side) {
   std::vector<std::string> out;
-  std::unordered_map<std::string_view, const NamedTensor*> given;
-  for (const NamedTensor& t : tensors) {
-    if (given.count(t.name)) out.push_back("tensor '" + t.name + "' appears twice");
-    else if (!t.tensor.defined()) out.push_back("tensor '" + t.name + "' is empty (undefined)");
-    given.emplace(t.name, &t);
+  std::unordered_map<std::string_view, const std::pair<std::string, Tensor>*> given;
+  for (const auto& t : tensors) {
+    if (given.count(t.first)) out.push_back("tensor '" + t.first + "' appears twice");
+    else if (!t.second.defined()) out.push_back("tensor '" + t.first + "' is empty (undefined)");
+    given.emplace(t.first, &t);
   }
   std::unordered_map<std::string_view, int> wanted;
   for (const auto& [name, p] : params) {
@@ -85,7 +85,7 @@ std::vector<std::string> problems(const std::vector<std::pair<std::string, Var>>
       out.push_back("missing tensor '" + name + "'");
       continue;
     }
-    const Tensor& t = it->second->tensor;
+    const Tensor& t = it->second->second;
     if (!t.defined()) continue;
     if (!(t.shape() == p.shape()))
       out.push_back("'" + name + "' has shape " + t.shape().str() + " " + side + " but " + p.shape().str() +
@@ -94,8 +94,8 @@ std::vector<std::string> problems(const std::vector<std::pair<std::string, Var>>
       out.push_back("'" + name + "' has dtype " + dtype_name(t.dtype()) + " " + side + " but " +
                     dtype_name(p.dtype()) + " in the model");
   }
-  for (const NamedTensor& t : tensors)
-    if (!wanted.count(t.name)) out.push_back("unexpected tensor '" + t.name + "'");
+  for (const auto& t : tensors)
+    if (!wanted.count(t.first)) out.push_back("unexpected tensor '" + t.first + "'");
   return out;
 }
 
@@ -109,7 +109,7 @@ void check_then_copy(Module& m, const StateDict& tensors, const std::string& whe
     throw Refusal(message);
   }
   std::unordered_map<std::string_view, const Tensor*> given;
-  for (const NamedTensor& t : tensors) given.emplace(t.name, &t.tensor);
+  for (const auto& t : tensors) given.emplace(t.first, &t.second);
   for (const auto& [name, p] : params) {
     Tensor value = p.value();
     value.copy_from(*given.at(name));
@@ -183,9 +183,9 @@ Entry parse_line(std::string_view line, size_t number, const std::string& path) 
 std::string schema_of(const StateDict& tensors, uint64_t& total) {
   std::string schema(kSchemaHeader);
   total = 0;
-  for (const NamedTensor& t : tensors) {
-    const uint64_t bytes = t.tensor.nbytes();
-    schema += t.name + " " + dtype_name(t.tensor.dtype()) + " " + shape_text(t.tensor.shape()) + " " +
+  for (const auto& t : tensors) {
+    const uint64_t bytes = t.second.nbytes();
+    schema += t.first + " " + dtype_name(t.second.dtype()) + " " + shape_text(t.second.shape()) + " " +
               std::to_string(total) + " " + std::to_string(bytes) + "\n";
     total += bytes;
   }
@@ -219,6 +219,19 @@ StateDict state_dict(const Module& m) {
   return out;
 }
 
+StateDict prefixed(const StateDict& tensors, const std::string& prefix) {
+  StateDict out;
+  for (const auto& [name, t] : tensors) out.emplace_back(prefix + name, t);
+  return out;
+}
+
+StateDict under(const StateDict& tensors, const std::string& prefix, bool strip) {
+  StateDict out;
+  for (const auto& [name, t] : tensors)
+    if (name.starts_with(prefix)) out.emplace_back(strip ? name.substr(prefix.size()) : name, t);
+  return out;
+}
+
 void load_state_dict(Module& m, const StateDict& tensors) {
   check_then_copy<Error>(m, tensors, "[state_dict] ", "in the state dict");
 }
@@ -235,8 +248,8 @@ void save_tensors(const std::string& path, const StateDict& tensors, const State
   identity.chunk_bytes = identity.payload_bytes = (total + 3) / 4 * 4;
   std::vector<std::vector<float>> plane(1, std::vector<float>(identity.chunk_bytes / 4, 0.0f));
   char* bytes = reinterpret_cast<char*>(plane[0].data());
-  for (const NamedTensor& t : tensors) {
-    const Tensor host = on_host(t.tensor);
+  for (const auto& t : tensors) {
+    const Tensor host = on_host(t.second);
     if (host.nbytes()) std::memcpy(bytes, host.raw_data(), host.nbytes());
     bytes += host.nbytes();
   }
@@ -313,11 +326,11 @@ void export_safetensors(const std::string& path, const StateDict& tensors) {
   check_writable(tensors, "[safetensors] cannot save " + path + ": ");
   json::Value::Object header;
   uint64_t total = 0;
-  for (const NamedTensor& t : tensors) {
+  for (const auto& t : tensors) {
     json::Value::Array shape;
-    for (const int64_t extent : t.tensor.shape()) shape.emplace_back(extent);
-    const uint64_t end = total + t.tensor.nbytes();
-    header.emplace_back(t.name, json::Value(json::Value::Object{{"dtype", safetensors_dtype(t.tensor.dtype())},
+    for (const int64_t extent : t.second.shape()) shape.emplace_back(extent);
+    const uint64_t end = total + t.second.nbytes();
+    header.emplace_back(t.first, json::Value(json::Value::Object{{"dtype", safetensors_dtype(t.second.dtype())},
                                                                 {"shape", std::move(shape)},
                                                                 {"data_offsets", json::Value::Array{total, end}}}));
     total = end;
@@ -328,8 +341,8 @@ void export_safetensors(const std::string& path, const StateDict& tensors) {
   out.reserve(8 + text.size() + total);
   io::append_u64(out, text.size());
   out += text;
-  for (const NamedTensor& t : tensors) {
-    const Tensor host = on_host(t.tensor);
+  for (const auto& t : tensors) {
+    const Tensor host = on_host(t.second);
     out.append(static_cast<const char*>(host.raw_data()), host.nbytes());
   }
   io::write_file_atomic(path, out);
@@ -391,7 +404,7 @@ StateDict import_safetensors(const std::string& path, size_t max_bytes) {
   std::stable_sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
   uint64_t at = 0;
   for (const Range& r : ranges) {
-    if (r.begin != at) refuse_file("tensor '" + out[r.index].name + "' does not start where the one before it ends");
+    if (r.begin != at) refuse_file("tensor '" + out[r.index].first + "' does not start where the one before it ends");
     at = r.end;
   }
   if (at != data.size()) refuse_file(std::to_string(data.size() - at) + " bytes follow the last tensor");

@@ -20,17 +20,23 @@
 
 #include "tapegrad/io/atomic_file.hpp"
 #include "tapegrad/nn/module.hpp"
+#include "tapegrad/optim/state.hpp"
 
 namespace tapegrad::nn {
 
-struct NamedTensor {
-  std::string name;
-  Tensor tensor;  // on the host
-};
-using StateDict = std::vector<NamedTensor>;
+// (name, tensor) pairs, the type of an optimizer's state_tensors() too (src/optim/state.hpp), so a
+// trainer can save a model's and its optimizer's state alike.
+using StateDict = optim::NamedTensors;
 
 // Host copies of every parameter of m, named and ordered as m.named_parameters().
 StateDict state_dict(const Module& m);
+
+// One file for a model and its optimizer: save_tensors(path, prefixed(state_dict(m), "model.") +
+// opt.state_tensors()), then load_state_dict(m, under(tensors, "model.")) and
+// opt.load_state(under(tensors, "adamw.", false)).
+StateDict prefixed(const StateDict& tensors, const std::string& prefix);  // every name with prefix in front
+// The tensors whose names start with `prefix`, in order, with it removed (strip) or kept.
+StateDict under(const StateDict& tensors, const std::string& prefix, bool strip = true);
 
 // Every parameter of m takes the bytes of the tensor of its name in `tensors` (any order), after
 // the checks of the rules above; messages begin "[state_dict] " and speak of "the state dict".

@@ -4,7 +4,6 @@
 // the batch, the logits, the loss and every parameter's gradient under "f64/grad/NAME" and so on.
 // PyTorch then loads the parameters by name and must give the same logits, loss and gradients.
 //   export_driver OUT.safetensors
-#define DOCTEST_CONFIG_DISABLE  // nn_testing.hpp's checks are the tests', not this program's
 #include <cstdio>
 
 #include "nn_testing.hpp"
@@ -26,7 +25,7 @@ int main(int argc, char** argv) {
     const std::string prefix = std::string(dtype_name(dtype)) + "/";
     testing::Place place(11, dtype);
     testing::TinyGPT model(place.f, 11, 6, 8, 2, 2);
-    for (nn::NamedTensor& t : nn::state_dict(model)) out.push_back({prefix + t.name, t.tensor});
+    for (auto& t : nn::state_dict(model)) out.push_back({prefix + t.first, t.second});
     Var logits = model(place.g.input(ids_t));
     Var loss = ops::cross_entropy(logits, place.g.input(targets_t));
     place.g.backward(loss);

@@ -3,9 +3,8 @@
 // GPT-like stack with nanoGPT's names.
 #pragma once
 
-#include <doctest/doctest.h>
-
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "tapegrad/nn/layers.hpp"
@@ -47,15 +46,6 @@ inline Tensor value_embeds(const Shape& shape, DType dtype, Device device = Devi
   std::vector<double> v(static_cast<size_t>(shape.numel()));
   for (size_t i = 0; i < v.size(); ++i) v[i] = 0.3 * std::cos(0.17 * static_cast<double>(i));
   return Tensor::from_doubles(v, shape, dtype, device);
-}
-
-// Every element within tol * (1 + |expected|) of the expected values.
-inline void check_values(const Tensor& got, const std::vector<double>& expected, double tol) {
-  const std::vector<double> v = got.to_doubles();
-  REQUIRE(v.size() == expected.size());
-  double worst = 0;
-  for (size_t i = 0; i < v.size(); ++i) worst = std::max(worst, std::abs(v[i] - expected[i]) / (1 + std::abs(expected[i])));
-  CHECK_MESSAGE(worst <= tol, "largest scaled difference " << worst << " over tolerance " << tol);
 }
 
 // nanoGPT's GPT without its tied head: wte, wpe, blocks "h", ln_f and an untied lm_head.

@@ -15,6 +15,7 @@
 #include "messages.hpp"
 #include "nn_testing.hpp"
 #include "tapegrad/io/envelope.hpp"
+#include "tapegrad/optim/adamw.hpp"
 
 using namespace tapegrad;
 using tapegrad::testing::message_of;
@@ -27,9 +28,9 @@ namespace {
 // The raw bytes of every tensor, in order: equal when the state dicts are equal bit for bit.
 std::string raw(const nn::StateDict& sd) {
   std::string out;
-  for (const nn::NamedTensor& t : sd) {
-    out += t.name + "|" + dtype_name(t.tensor.dtype()) + t.tensor.shape().str() + "|";
-    out.append(static_cast<const char*>(t.tensor.raw_data()), t.tensor.nbytes());
+  for (const auto& t : sd) {
+    out += t.first + "|" + dtype_name(t.second.dtype()) + t.second.shape().str() + "|";
+    out.append(static_cast<const char*>(t.second.raw_data()), t.second.nbytes());
   }
   return out;
 }
@@ -113,6 +114,41 @@ TEST_CASE("a model's state dict round-trips through a file bit for bit, f32 and 
   }
 }
 
+TEST_CASE("a model and its AdamW in one file: a resumed run equals an uninterrupted one bit for bit") {
+  TempDir dir;
+  const std::string path = dir.file("run.ckpt");
+  const Tensor ids = Tensor::from_vector(std::vector<int32_t>{1, 2, 3, 4, 5, 6}, Shape{2, 3});
+  const Tensor targets = Tensor::from_vector(std::vector<int32_t>{2, 3, 4, 5, 6, 7}, Shape{2, 3});
+  auto train = [&](Place& place, TinyGPT& model, optim::AdamW& opt, int steps) {
+    for (int s = 0; s < steps; ++s) {
+      place.g.clear();
+      place.g.zero_grad();
+      place.g.backward(ops::cross_entropy(model(place.g.input(ids)), place.g.input(targets)));
+      opt.step();
+    }
+  };
+  Place a_place(6);
+  TinyGPT a(a_place.f, 11, 6, 8, 2, 2);
+  optim::AdamW a_opt(a.parameters(), {.lr = 1e-2});
+  train(a_place, a, a_opt, 2);
+  nn::StateDict all = nn::prefixed(nn::state_dict(a), "model.");
+  for (auto& entry : a_opt.state_tensors()) all.push_back(entry);
+  nn::save_tensors(path, all, {"adamw lr=1e-2", "", "seed 6", a_opt.step_count()});
+  train(a_place, a, a_opt, 3);
+
+  Place b_place(99);
+  TinyGPT b(b_place.f, 11, 6, 8, 2, 2);
+  optim::AdamW b_opt(b.parameters(), {.lr = 1e-2});
+  nn::StateDictFile info;
+  const nn::StateDict back = nn::load_tensors(path, &info);
+  CHECK(info.step == 2);
+  nn::load_state_dict(b, nn::under(back, "model."));
+  b_opt.load_state(nn::under(back, "adamw.", false));
+  train(b_place, b, b_opt, 3);
+  CHECK(raw(nn::state_dict(b)) == raw(nn::state_dict(a)));
+  CHECK(nn::under(back, "model.").size() == a.named_parameters().size());
+}
+
 TEST_CASE("save_tensors and load_tensors carry every dtype, any shape and the order, bit for bit") {
   TempDir dir;
   const std::string path = dir.file("mixed.sd");
@@ -167,11 +203,11 @@ TEST_CASE("loading refuses a missing, unexpected, mis-shaped or mis-typed tensor
     nn::save_tensors(path, sd);
   };
   auto erase = [](nn::StateDict& sd, const std::string& name) {
-    std::erase_if(sd, [&](const nn::NamedTensor& t) { return t.name == name; });
+    std::erase_if(sd, [&](const auto& t) { return t.first == name; });
   };
   auto replace = [](nn::StateDict& sd, const std::string& name, Tensor t) {
-    for (nn::NamedTensor& e : sd)
-      if (e.name == name) e.tensor = std::move(t);
+    for (auto& e : sd)
+      if (e.first == name) e.second = std::move(t);
   };
   const std::string where = "[state_dict] " + path + ": ";
 
@@ -210,7 +246,7 @@ TEST_CASE("loading refuses a missing, unexpected, mis-shaped or mis-typed tensor
   sd = good;
   sd.push_back(good[3]);
   CHECK(message_of([&] { nn::load_state_dict(model, sd); }) ==
-        "[state_dict] tensor '" + good[3].name + "' appears twice");
+        "[state_dict] tensor '" + good[3].first + "' appears twice");
   CHECK(raw(nn::state_dict(model)) == before);
   // in any order
   sd = good;
