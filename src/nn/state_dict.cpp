@@ -387,8 +387,9 @@ StateDict import_safetensors(const std::string& path, size_t max_bytes) {
       const json::Value::Array& offsets = field("data_offsets").as_array();
       if (offsets.size() != 2) refuse_file("tensor '" + name + "' has no [begin, end] data_offsets");
       const uint64_t begin = offsets[0].as_uint64(), end = offsets[1].as_uint64();
-      const uint64_t bytes = static_cast<uint64_t>(shape.numel()) * dtype_size(dtype);  // fits: numel <= 2^63
-      if (end < begin || end > data.size() || end - begin != bytes)
+      uint64_t bytes = 0;
+      const bool too_big = __builtin_mul_overflow(static_cast<uint64_t>(shape.numel()), dtype_size(dtype), &bytes);
+      if (too_big || end < begin || end > data.size() || end - begin != bytes)
         refuse_file("tensor '" + name + "' of shape " + shape.str() + " has bytes [" + std::to_string(begin) +
                            ", " + std::to_string(end) + ") in a buffer of " + std::to_string(data.size()));
       Tensor t = Tensor::empty(shape, dtype, Device::cpu());

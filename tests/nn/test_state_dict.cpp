@@ -361,6 +361,8 @@ TEST_CASE("export_safetensors writes Hugging Face's layout, and import_safetenso
   CHECK(refused(with_header("[1]", "")) == where + "the header is not a JSON object");
   CHECK(refused(with_header(R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", std::string(4, '\0'))) ==
         where + "tensor 'w' of shape (2,) has bytes [0, 4) in a buffer of 4");
+  CHECK(refused(with_header(R"({"w": {"dtype": "F64", "shape": [2305843009213693952, 2], "data_offsets": [0, 0]}})", "")) ==
+        where + "tensor 'w' of shape (2305843009213693952, 2) has bytes [0, 0) in a buffer of 0");
   CHECK(refused(with_header(R"({"w": {"dtype": "C64", "shape": [], "data_offsets": [0, 8]}})", std::string(8, '\0'))) ==
         where + "tensor 'w' has dtype C64, which tapegrad lacks");
   CHECK(refused(with_header(R"({"w": {"dtype": "U8", "shape": [1]}})", std::string(1, '\0'))) ==
