@@ -49,8 +49,8 @@ class Module {
   const std::vector<std::pair<std::string, Module*>>& children() const { return children_; }
   // This module's full name in its tree ("blocks.3.attn"); "" for a root.
   const std::string& path() const { return path_; }
-  // What the module is ("Linear", "Block"): for messages.
-  virtual const char* kind() const = 0;
+  // What the module is ("Linear", "Block"): for messages. A model class may name itself too.
+  virtual const char* kind() const { return "Module"; }
 
   // The mode of this module and every descendant (PyTorch's train() and eval()).
   void train(bool on = true);

@@ -232,6 +232,28 @@ StateDict under(const StateDict& tensors, const std::string& prefix, bool strip)
   return out;
 }
 
+StateDict generator_state(const Generator& gen, const std::string& name) {
+  auto word = [](uint64_t v) { return Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(v)}, Shape{}); };
+  return {{name + ".seed", word(gen.seed())}, {name + ".offset", word(gen.offset())}};
+}
+
+void load_generator_state(Generator& gen, const StateDict& tensors, const std::string& name) {
+  uint64_t words[2] = {0, 0};
+  const std::string keys[2] = {name + ".seed", name + ".offset"};
+  for (int k = 0; k < 2; ++k) {
+    const Tensor* found = nullptr;
+    for (const auto& [n, t] : tensors)
+      if (n == keys[k]) found = &t;
+    if (!found) throw Error("[state_dict] missing tensor '" + keys[k] + "'");
+    if (found->dtype() != DType::i64 || found->ndim() != 0)
+      throw Error("[state_dict] '" + keys[k] + "' must be a () i64 tensor, got " + dtype_name(found->dtype()) + " " +
+                  found->shape().str());
+    words[k] = static_cast<uint64_t>(on_host(*found).data<int64_t>()[0]);
+  }
+  gen.manual_seed(words[0]);
+  gen.take(words[1]);
+}
+
 void load_state_dict(Module& m, const StateDict& tensors) {
   check_then_copy<Error>(m, tensors, "[state_dict] ", "in the state dict");
 }

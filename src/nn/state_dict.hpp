@@ -38,6 +38,12 @@ StateDict prefixed(const StateDict& tensors, const std::string& prefix);  // eve
 // The tensors whose names start with `prefix`, in order, with it removed (strip) or kept.
 StateDict under(const StateDict& tensors, const std::string& prefix, bool strip = true);
 
+// A generator's place in its stream as two () i64 tensors, "<name>.seed" and "<name>.offset" (the
+// u64 values' bits), and back: what a checkpoint of a run with dropout keeps for a bitwise resume.
+// The load refuses, by name, a tensor missing or not a () i64, before it changes the generator.
+StateDict generator_state(const Generator& gen, const std::string& name = "generator");
+void load_generator_state(Generator& gen, const StateDict& tensors, const std::string& name = "generator");
+
 // Every parameter of m takes the bytes of the tensor of its name in `tensors` (any order), after
 // the checks of the rules above; messages begin "[state_dict] " and speak of "the state dict".
 void load_state_dict(Module& m, const StateDict& tensors);

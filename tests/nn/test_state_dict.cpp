@@ -149,6 +149,31 @@ TEST_CASE("a model and its AdamW in one file: a resumed run equals an uninterrup
   CHECK(nn::under(back, "model.").size() == a.named_parameters().size());
 }
 
+TEST_CASE("a generator's place in its stream saves and loads: the same dropout masks after a resume") {
+  Place place(0, DType::f64);
+  nn::Dropout drop(place.f, 0.5);
+  Var x = place.g.input(testing::inputs({64}, DType::f64));
+  place.gen.manual_seed(uint64_t{1} << 63);
+  drop(x);
+  const nn::StateDict saved = nn::generator_state(place.gen, "dropout_rng");
+  REQUIRE(saved.size() == 2);
+  CHECK(saved[0].first == "dropout_rng.seed");
+  CHECK(saved[1].first == "dropout_rng.offset");
+  const std::vector<double> next = drop(x).value().to_doubles();
+  Generator other(5);
+  nn::load_generator_state(other, saved, "dropout_rng");
+  CHECK(other.seed() == uint64_t{1} << 63);
+  CHECK(other.offset() == 16);
+  place.gen.manual_seed(5);
+  nn::load_generator_state(place.gen, saved, "dropout_rng");
+  CHECK(drop(x).value().to_doubles() == next);
+  CHECK(message_of([&] { nn::load_generator_state(other, {saved[0]}, "dropout_rng"); }) ==
+        "[state_dict] missing tensor 'dropout_rng.offset'");
+  CHECK(message_of([&] { nn::load_generator_state(other, {saved[0], {"dropout_rng.offset", Tensor::zeros({1}, DType::i64)}}, "dropout_rng"); }) ==
+        "[state_dict] 'dropout_rng.offset' must be a () i64 tensor, got i64 (1,)");
+  CHECK(other.offset() == 16);  // unchanged by the refusals
+}
+
 TEST_CASE("save_tensors and load_tensors carry every dtype, any shape and the order, bit for bit") {
   TempDir dir;
   const std::string path = dir.file("mixed.sd");
