@@ -15,6 +15,7 @@
 #include "tapegrad/tensor/parallel.hpp"
 #include "tapegrad/tape/tape_dump.hpp"
 #include "tapegrad/tensor/tensor.hpp"
+#include "tapegrad/ops/fused/attention.hpp"
 #include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
 #include "tapegrad/ops/op_table.hpp"
 #include "tapegrad/ops/ops.hpp"
