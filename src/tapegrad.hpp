@@ -24,3 +24,8 @@
 // optimizers' schedules and gradient transforms
 #include "tapegrad/optim/clip.hpp"
 #include "tapegrad/optim/schedule.hpp"
+// the layer library
+#include "tapegrad/nn/init.hpp"
+#include "tapegrad/nn/layers.hpp"
+#include "tapegrad/nn/module.hpp"
+#include "tapegrad/nn/state_dict.hpp"

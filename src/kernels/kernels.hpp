@@ -216,4 +216,24 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& lse, bool causal, double scale, Tensor& delta, Tensor& dq, Tensor& dk,
                         Tensor& dv);
 
+// ---- normalisation over the last axis and dropout (cpu/norm.cpp, src/cuda/norm.cu; the facades
+// in norm.cpp). x (..., C) is read as n = numel / C rows of C; mean and rstd are (n,) of x's dtype;
+// weight and bias are (C,) or undefined tensors (no affine, no bias). Note [norm arithmetic] in
+// cpu/norm.cpp gives the order of every sum.
+enum class Norm : uint8_t { layer, rms };  // layer: y = (x - mean) * rstd * w + b;  rms: y = x * rstd * w
+// y = the normalised rows; mean (layer only; undefined for rms) and rstd = 1 / sqrt(var + eps),
+// var the row's mean square deviation (rms: its mean square).
+void norm_rows(Norm kind, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+               Tensor& mean, Tensor& rstd);
+// With xhat = (x - mean) * rstd (rms: x * rstd) and g = dy * weight (dy without a weight), each of
+// dx = rstd * (g - mean_row(g) - xhat * mean_row(g * xhat)) (rms: without the mean_row(g) term),
+// dweight = sum over rows of dy * xhat and dbias = sum over rows of dy, into every output that is
+// defined (an undefined one is not computed).
+void norm_rows_backward(Norm kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias);
+// y = x * m elementwise, m = 1 / (1 - p) (rounded to x's dtype) where element i's Philox word
+// (philox.hpp: word i % 4 of the block of counter offset + i / 4 under key seed) is at least
+// dropout_threshold(p), else 0 (p = 1: m = 0 everywhere). The backward is the same call on dy.
+void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& y);
+
 }  // namespace tapegrad::kernels
