@@ -8,6 +8,7 @@
 // tiny_memory (tiny_memory.cpp) reports peak RSS after N steps.
 #include <benchmark/benchmark.h>
 
+#include "tapegrad/kernels/cpu/simd.hpp"
 #include "tapegrad/ops/ops.hpp"
 #include "tapegrad/optim/sgd.hpp"
 #include "tiny_model.hpp"
@@ -50,4 +51,13 @@ static void BM_OpNoGrad(benchmark::State& state) { record_ops(state, false); }
 BENCHMARK(BM_RecordOp);
 BENCHMARK(BM_OpNoGrad);
 
-BENCHMARK_MAIN();
+// BENCHMARK_MAIN, with the CPU path the kernels take in the report's context (TAPEGRAD_CPU_PATH
+// forces one: src/kernels/cpu/simd.hpp).
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("tapegrad_cpu_path", tapegrad::cpu::simd::name(tapegrad::cpu::simd::active()));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
