@@ -3,7 +3,9 @@
 # build, interleaved so that all see the same load (the host is shared and a minute can be 20%
 # slow). Each round runs every build (or path) with 1 and 2 threads, each benchmark 3
 # repetitions; the summary gives, per benchmark, the median over the rounds and the lowest and
-# highest round, after the CPU's model name and vector flags. Not a test: a measurement.
+# highest round, after the CPU's model name and vector flags; NAME/cpu lines give the benchmark
+# thread's CPU time (the cpu_us counter of bench_bob's manual-time benchmarks), which moves less
+# than the wall clock when other work shares the cores. Not a test: a measurement.
 #
 #   bench/bob_ab.sh OLD/bench/bench_bob build/bench/bench_bob [ROUNDS=8]
 #   CPU_PATHS='scalar avx2 avx512' bench/bob_ab.sh build/bench/bench_bob [ROUNDS=8]   (TAPEGRAD_CPU_PATH)
@@ -36,7 +38,15 @@ for round in $(seq 1 "$ROUNDS"); do
       [ -n "${CPU_PATHS:-}" ] && path=("TAPEGRAD_CPU_PATH=$label")
       env "${path[@]}" TAPEGRAD_NUM_THREADS=$threads "$bin" --benchmark_filter="$FILTER" --benchmark_min_time=0.05 \
         --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null |
-        awk -v b="$label" -v t="$threads" '/_median/ {sub("/manual_time", "", $1); sub("_median", "", $1); print b, t, $1, $2, $3}' >> "$RESULTS"
+        awk -v b="$label" -v t="$threads" -f <(cat <<'AWK'
+/_median/ {
+  manual = sub("/manual_time", "", $1); sub("_median", "", $1)
+  print b, t, $1, $2, $3
+  if (!manual) print b, t, $1 "/cpu", $4, $5  # the benchmark thread's CPU time
+  for (i = 6; i <= NF; ++i) if ($i ~ /^cpu_us=/) { v = $i; sub("cpu_us=", "", v); print b, t, $1 "/cpu", v, "us" }
+}
+AWK
+) >> "$RESULTS"
     done
   done
 done
@@ -54,6 +64,6 @@ order = {label: i for i, label in enumerate(sys.argv[2:])}
 for (name, threads, build) in sorted(runs, key=lambda k: (k[0], k[1], order[k[2]])):
     v = runs[(name, threads, build)]
     u = units[name]
-    print(f"{name:22s} {threads} thread{'s' if threads > 1 else ' '} {build:6s}: median {statistics.median(v):6.1f} {u}"
+    print(f"{name:24s} {threads} thread{'s' if threads > 1 else ' '} {build:6s}: median {statistics.median(v):6.1f} {u}"
           f"  (rounds {min(v):.1f} to {max(v):.1f}, n={len(v)})")
 PY
