@@ -20,9 +20,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "bench_main.hpp"
 #include "bob_model.hpp"
 #include "default_corpus.hpp"
-#include "tapegrad/kernels/cpu/simd.hpp"
 
 namespace {
 
@@ -126,13 +126,4 @@ BENCHMARK(BM_BobAdamW)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
-// BENCHMARK_MAIN, with the CPU path the kernels take in the report's context (TAPEGRAD_CPU_PATH
-// forces one: src/kernels/cpu/simd.hpp).
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("tapegrad_cpu_path", tapegrad::cpu::simd::name(tapegrad::cpu::simd::active()));
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return tapegrad::bench::run_benchmarks(argc, argv); }

@@ -8,7 +8,7 @@
 // tiny_memory (tiny_memory.cpp) reports peak RSS after N steps.
 #include <benchmark/benchmark.h>
 
-#include "tapegrad/kernels/cpu/simd.hpp"
+#include "bench_main.hpp"
 #include "tapegrad/ops/ops.hpp"
 #include "tapegrad/optim/sgd.hpp"
 #include "tiny_model.hpp"
@@ -51,13 +51,4 @@ static void BM_OpNoGrad(benchmark::State& state) { record_ops(state, false); }
 BENCHMARK(BM_RecordOp);
 BENCHMARK(BM_OpNoGrad);
 
-// BENCHMARK_MAIN, with the CPU path the kernels take in the report's context (TAPEGRAD_CPU_PATH
-// forces one: src/kernels/cpu/simd.hpp).
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("tapegrad_cpu_path", tapegrad::cpu::simd::name(tapegrad::cpu::simd::active()));
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return tapegrad::bench::run_benchmarks(argc, argv); }
