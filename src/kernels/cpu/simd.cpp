@@ -43,8 +43,8 @@ const Kernels scalar_kernels = {
     [](float*, int64_t, double) -> int64_t { return 0; },
 };
 
-// What the CPU has, once (the vector paths need x86-64, and no AddressSanitizer: its checks of
-// whole-vector and masked loads are not what these paths do).
+// What the CPU has, once. The vector paths need x86-64; an AddressSanitizer build checks the
+// reference loops alone, as it did before there was more than one vector path.
 bool cpu_has(Path p) {
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
