@@ -47,7 +47,7 @@
 #include <memory>
 #include <vector>
 
-#include "tapegrad/kernels/cpu/avx512.hpp"  // TG_AVX512, avx512::available()
+#include "tapegrad/kernels/cpu/simd.hpp"  // simd::active(), Note [cpu paths]
 #include "tapegrad/kernels/cpu/cpu_kernels.hpp"
 #include "tapegrad/kernels/cpu/dispatch.hpp"
 #include "tapegrad/kernels/cpu/exact_sum.hpp"
@@ -288,14 +288,27 @@ TG_NORM_INLINE void backward_blocks(const NormArgs<T>& a, int64_t begin, int64_t
   }
 }
 
-// The same loops twice: as the baseline x86-64 build compiles them, and for AVX-512F (f32 only;
-// the f64 rows spend their time in exact_sum).
+// The same loops three times: as the baseline x86-64 build compiles them, and for AVX2 and AVX-512F
+// (f32 only; the f64 rows spend their time in exact_sum), chosen by the CPU path (Note [cpu paths]
+// in simd.hpp). The compiler vectorizes the loops without reordering any operation (no fast-math,
+// no contraction), so every variant gives the same bits.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define TG_NORM_AVX2 __attribute__((target("avx2,fma")))
+#define TG_NORM_AVX512 __attribute__((target("avx512f")))
+#else
+#define TG_NORM_AVX2
+#define TG_NORM_AVX512
+#endif
 template <class T, bool Centered, bool W, bool B>
 void forward_plain(const NormArgs<T>& a, int64_t begin, int64_t end) {
   forward_rows<T, Centered, W, B>(a, begin, end);
 }
 template <class T, bool Centered, bool W, bool B>
-TG_AVX512 void forward_avx512(const NormArgs<T>& a, int64_t begin, int64_t end) {
+TG_NORM_AVX2 void forward_avx2(const NormArgs<T>& a, int64_t begin, int64_t end) {
+  forward_rows<T, Centered, W, B>(a, begin, end);
+}
+template <class T, bool Centered, bool W, bool B>
+TG_NORM_AVX512 void forward_avx512(const NormArgs<T>& a, int64_t begin, int64_t end) {
   forward_rows<T, Centered, W, B>(a, begin, end);
 }
 template <class T, bool Centered, bool W>
@@ -303,13 +316,34 @@ void backward_plain(const NormArgs<T>& a, int64_t begin, int64_t end) {
   backward_blocks<T, Centered, W>(a, begin, end);
 }
 template <class T, bool Centered, bool W>
-TG_AVX512 void backward_avx512(const NormArgs<T>& a, int64_t begin, int64_t end) {
+TG_NORM_AVX2 void backward_avx2(const NormArgs<T>& a, int64_t begin, int64_t end) {
+  backward_blocks<T, Centered, W>(a, begin, end);
+}
+template <class T, bool Centered, bool W>
+TG_NORM_AVX512 void backward_avx512(const NormArgs<T>& a, int64_t begin, int64_t end) {
   backward_blocks<T, Centered, W>(a, begin, end);
 }
 
+// The variant of the active CPU path (f32; f64 takes the plain loops).
 template <class T>
-bool wide() {
-  return std::is_same_v<T, float> && avx512::available();
+simd::Path path_for() {
+  return std::is_same_v<T, float> ? simd::active() : simd::Path::scalar;
+}
+template <class T, bool Centered, bool W, bool B>
+void forward_on_path(const NormArgs<T>& a, int64_t begin, int64_t end) {
+  switch (path_for<T>()) {
+    case simd::Path::avx512: return forward_avx512<T, Centered, W, B>(a, begin, end);
+    case simd::Path::avx2: return forward_avx2<T, Centered, W, B>(a, begin, end);
+    default: return forward_plain<T, Centered, W, B>(a, begin, end);
+  }
+}
+template <class T, bool Centered, bool W>
+void backward_on_path(const NormArgs<T>& a, int64_t begin, int64_t end) {
+  switch (path_for<T>()) {
+    case simd::Path::avx512: return backward_avx512<T, Centered, W>(a, begin, end);
+    case simd::Path::avx2: return backward_avx2<T, Centered, W>(a, begin, end);
+    default: return backward_plain<T, Centered, W>(a, begin, end);
+  }
 }
 
 // f(bool_constant<W>, bool_constant<B>) for the runtime flags.
@@ -367,11 +401,9 @@ void norm_rows(Norm kind, const Tensor& x, const Tensor& weight, const Tensor& b
       constexpr bool W = decltype(w)::value, B = decltype(b)::value;
       parallel_for(n, chunk, [&](int64_t begin, int64_t end) {
         if (kind == Norm::layer) {
-          if (wide<T>()) forward_avx512<T, true, W, B>(a, begin, end);
-          else forward_plain<T, true, W, B>(a, begin, end);
+          forward_on_path<T, true, W, B>(a, begin, end);
         } else if constexpr (!B) {  // rms_norm has no bias
-          if (wide<T>()) forward_avx512<T, false, W, false>(a, begin, end);
-          else forward_plain<T, false, W, false>(a, begin, end);
+          forward_on_path<T, false, W, false>(a, begin, end);
         }
       });
     });
@@ -417,11 +449,11 @@ void norm_rows_backward(Norm kind, const Tensor& dy, const Tensor& x, const Tens
       parallel_for(blocks, chunk, [&](int64_t begin, int64_t end) {
         const bool centered = kind == Norm::layer;
         if (a.w) {
-          if (centered) (wide<T>() ? backward_avx512<T, true, true> : backward_plain<T, true, true>)(a, begin, end);
-          else (wide<T>() ? backward_avx512<T, false, true> : backward_plain<T, false, true>)(a, begin, end);
+          if (centered) backward_on_path<T, true, true>(a, begin, end);
+          else backward_on_path<T, false, true>(a, begin, end);
         } else {
-          if (centered) (wide<T>() ? backward_avx512<T, true, false> : backward_plain<T, true, false>)(a, begin, end);
-          else (wide<T>() ? backward_avx512<T, false, false> : backward_plain<T, false, false>)(a, begin, end);
+          if (centered) backward_on_path<T, true, false>(a, begin, end);
+          else backward_on_path<T, false, false>(a, begin, end);
         }
       });
     }
@@ -452,7 +484,12 @@ void dropout_plain(const T* x, T* y, int64_t n, uint64_t seed, uint64_t offset, 
   dropout_groups(x, y, n, seed, offset, threshold, scale, begin, end);
 }
 template <class T>
-TG_AVX512 void dropout_avx512(const T* x, T* y, int64_t n, uint64_t seed, uint64_t offset, uint64_t threshold,
+TG_NORM_AVX2 void dropout_avx2(const T* x, T* y, int64_t n, uint64_t seed, uint64_t offset, uint64_t threshold,
+                              T scale, int64_t begin, int64_t end) {
+  dropout_groups(x, y, n, seed, offset, threshold, scale, begin, end);
+}
+template <class T>
+TG_NORM_AVX512 void dropout_avx512(const T* x, T* y, int64_t n, uint64_t seed, uint64_t offset, uint64_t threshold,
                               T scale, int64_t begin, int64_t end) {
   dropout_groups(x, y, n, seed, offset, threshold, scale, begin, end);
 }
@@ -469,8 +506,11 @@ void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& 
     T* Y = static_cast<T*>(y.raw_data());
     parallel_for(groups, chunk_for(groups, 4 * static_cast<int64_t>(sizeof(T)), Work::arithmetic),
                  [&](int64_t begin, int64_t end) {
-                   if (avx512::available()) dropout_avx512(X, Y, n, seed, offset, threshold, scale, begin, end);
-                   else dropout_plain(X, Y, n, seed, offset, threshold, scale, begin, end);
+                   switch (simd::active()) {
+                     case simd::Path::avx512: dropout_avx512(X, Y, n, seed, offset, threshold, scale, begin, end); break;
+                     case simd::Path::avx2: dropout_avx2(X, Y, n, seed, offset, threshold, scale, begin, end); break;
+                     default: dropout_plain(X, Y, n, seed, offset, threshold, scale, begin, end);
+                   }
                  });
   });
 }
