@@ -8,6 +8,7 @@
 // tiny_memory (tiny_memory.cpp) reports peak RSS after N steps.
 #include <benchmark/benchmark.h>
 
+#include "bench_main.hpp"
 #include "tapegrad/ops/ops.hpp"
 #include "tapegrad/optim/sgd.hpp"
 #include "tiny_model.hpp"
@@ -50,4 +51,4 @@ static void BM_OpNoGrad(benchmark::State& state) { record_ops(state, false); }
 BENCHMARK(BM_RecordOp);
 BENCHMARK(BM_OpNoGrad);
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) { return tapegrad::bench::run_benchmarks(argc, argv); }

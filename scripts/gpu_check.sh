@@ -22,7 +22,8 @@ prepare() {
   [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
   if [[ ! -f $build/build.ninja ]]; then meson setup "$build" -Dcuda=enabled || exit 1; fi
   scripts/stale_cuda_objects.sh "$build"
-  ninja -C "$build" tests/cuda/test_cuda tests/value_embed/test_value_embed_cuda apps/tiny_step apps/bob \
+  ninja -C "$build" tests/cuda/test_cuda tests/cuda/test_norm_cuda tests/cuda/test_nn_cuda \
+    tests/value_embed/test_value_embed_cuda apps/tiny_step apps/bob \
     bench/cuda_bench bench/nd_cuda_bench bench/attention_bench || exit 1
   mkdir -p .device/lib
   local lib
@@ -56,6 +57,16 @@ run() {
     grep -E -A12 '^TEST CASE' "$logs/test_cuda_$mode.log" | head -n 40
     note "test_cuda (chained launches $([[ $mode == 1 ]] && echo on || echo off))" \
       "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" "exit $rc; $summary ($((SECONDS - t0)) s)"
+  done
+  # the suites of the normalisation ops and of the nn layers, on the device against the CPU
+  local suite
+  for suite in test_norm_cuda test_nn_cuda; do
+    t0=$SECONDS
+    timeout 120 "$build/tests/cuda/$suite" --needs=gpu > "$logs/$suite.log" 2>&1
+    rc=$?
+    grep -E -A12 '^TEST CASE' "$logs/$suite.log" | head -n 40
+    note "$suite" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" \
+      "exit $rc; $(grep -E '^\[doctest\] test cases:' "$logs/$suite.log" | tr -s ' ') ($((SECONDS - t0)) s)"
   done
 
   # 2. tiny_step: CPU against CUDA, byte for byte, and both against the expected files. The traces

@@ -253,6 +253,31 @@ inline std::vector<OpCase> op_cases() {
                    [](const V& v) { return ops::linear(v[0], v[1], v[2]); }});
   cases.push_back({"linear", "without bias", {{{3, 4}, {300, 128}}, {{5, 4}, {80, 128}}},
                    [](const V& v) { return ops::linear(v[0], v[1]); }});
+  // normalisation and dropout: with and without weight and bias, 3-D inputs, rows of one value
+  {
+    const CaseInput rows{{3, 5}, {300, 211}}, cube{{2, 3, 4}, {20, 30, 97}}, single{{4, 1}, {20000, 1}};
+    const CaseInput w5{{5}, {211}, 0.5, 1.5}, b5{{5}, {211}}, w4{{4}, {97}, 0.5, 1.5}, b4{{4}, {97}}, w1{{1}, {1}}, b1{{1}, {1}};
+    cases.push_back({"layer_norm", "weight and bias", {rows, w5, b5}, [](const V& v) { return ops::layer_norm(v[0], v[1], v[2]); }});
+    cases.push_back({"layer_norm", "no affine", {rows}, [](const V& v) { return ops::layer_norm(v[0]); }});
+    cases.push_back({"layer_norm", "weight, no bias", {cube, w4}, [](const V& v) { return ops::layer_norm(v[0], v[1], Var()); }});
+    cases.push_back({"layer_norm", "bias, no weight", {cube, b4}, [](const V& v) { return ops::layer_norm(v[0], Var(), v[1], 1e-3); }});
+    cases.push_back({"layer_norm", "3-D, weight and bias", {cube, w4, b4}, [](const V& v) { return ops::layer_norm(v[0], v[1], v[2]); }});
+    cases.push_back({"layer_norm", "C = 1", {single, w1, b1}, [](const V& v) { return ops::layer_norm(v[0], v[1], v[2]); }});
+    cases.push_back({"rms_norm", "weight", {rows, w5}, [](const V& v) { return ops::rms_norm(v[0], v[1]); }});
+    cases.push_back({"rms_norm", "no weight", {cube}, [](const V& v) { return ops::rms_norm(v[0], Var(), 1e-5); }});
+    cases.push_back({"rms_norm", "3-D, weight", {cube, w4}, [](const V& v) { return ops::rms_norm(v[0], v[1]); }});
+    cases.push_back({"rms_norm", "C = 1", {single, w1}, [](const V& v) { return ops::rms_norm(v[0], v[1]); }});
+    // a fresh generator of one seed in each build: the same mask every time the case is built
+    cases.push_back({"dropout", "p = 0.3", {cube}, [](const V& v) {
+                       Generator gen(20240601);
+                       return ops::dropout(v[0], 0.3, gen);
+                     }});
+    cases.push_back({"dropout", "after layer_norm, second call of a generator", {rows, w5, b5}, [](const V& v) {
+                       Generator gen(7);
+                       (void)gen.take(3);
+                       return ops::dropout(ops::layer_norm(v[0], v[1], v[2]), 0.5, gen);
+                     }});
+  }
   return cases;
 }
 

@@ -39,8 +39,7 @@ __global__ void __launch_bounds__(kRowBlock) log_softmax_kernel(const T* x, T* y
     const double v = row[j];
     top = v != v || top != top ? (top != top ? top : v) : (v > top ? v : top);
   }
-  T t = static_cast<T>(block_reduce<true>(top, shared));
-  if (!isfinite(static_cast<double>(t))) t = T(0);
+  const T t = static_cast<T>(block_reduce<true>(top, shared));
   double s = 0.0;
   for (int64_t j = threadIdx.x; j < m; j += kRowBlock) s += static_cast<double>(kernels::exp_of(row[j] - t));
   const T log_s = static_cast<T>(kernels::log_of(block_reduce<false>(s, shared)));

@@ -117,6 +117,14 @@ const RowSparse* Var::sparse_grad() const {
   const Value& v = graph().checked(*this);
   return v.sparse_grad.defined() ? &v.sparse_grad : nullptr;
 }
+Tensor Var::grad_entries_for_write() const {
+  graph().checked(*this);
+  Value& v = g_->mutable_value(id_);
+  Tensor& entries = v.sparse_grad.defined() ? v.sparse_grad.rows : v.grad;
+  if (entries.defined() && !entries.unique()) entries = entries.clone();
+  entries.mark_modified();
+  return entries;
+}
 bool Var::requires_grad() const { return graph().checked(*this).requires_grad; }
 const std::string& Var::label() const { return graph().checked(*this).label; }
 Var& Var::label(std::string name) {

@@ -61,6 +61,12 @@ class Var {
   const Tensor& grad() const;
   // The gradient when it is row-sparse and nobody has asked for it dense; else nullptr.
   const RowSparse* sparse_grad() const;
+  // For changing the gradient in place (optim/clip.hpp: clipping, scaling): the tensor holding its
+  // entries, the dense gradient or a row-sparse one's rows (which stays row-sparse), made this
+  // value's own first (copied if another handle shares its bytes, so a handle taken earlier keeps
+  // the old values). The call counts as a write (the storage's version moves, as mutable_data's
+  // does). Undefined when no gradient reached the value. Write it through the kernel facades.
+  Tensor grad_entries_for_write() const;
   const Shape& shape() const { return value().shape(); }
   DType dtype() const { return value().dtype(); }
   Device device() const { return value().device(); }

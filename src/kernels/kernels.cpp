@@ -219,4 +219,18 @@ void avg_pool2d_backward(const Tensor& dy, const Window2d& win, Tensor& dx) {
   TG_DISPATCH("avg_pool2d_backward", avg_pool2d_backward(dy, win, dx), &dy, &dx);
 }
 
+// ---- stateful optimizers and gradient transforms
+void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& buf, const SGDScalars& s) {
+  if (s.momentum != 0 && !(buf.defined() && buf.numel() == param.numel() && buf.dtype() == param.dtype()))
+    throw Error("[sgd] momentum needs a buffer of the parameter's size and dtype, " + param.shape().str() + " " +
+                dtype_name(param.dtype()));
+  TG_DISPATCH("sgd", sgd_momentum_step(param, grad, buf, s), &param, &grad, &buf);
+}
+void sum_squares(const Tensor& x, Tensor& out, int64_t slot) {
+  if (out.dtype() != DType::f64 || out.ndim() != 1 || slot < 0 || slot >= out.numel())
+    throw Error("[sum_squares] slot " + std::to_string(slot) + " of " + out.shape().str() + " " +
+                dtype_name(out.dtype()) + ": the sums go into a 1-D f64 tensor with that slot");
+  TG_DISPATCH("sum_squares", sum_squares(x, out, slot), &x, &out);
+}
+
 }  // namespace tapegrad::kernels

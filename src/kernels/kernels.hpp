@@ -14,6 +14,7 @@
 #pragma once
 
 #include "tapegrad/kernels/binary_ops.hpp"
+#include "tapegrad/kernels/optim_ops.hpp"
 #include "tapegrad/kernels/strided.hpp"
 #include "tapegrad/kernels/unary_ops.hpp"
 #include "tapegrad/tensor/tensor.hpp"
@@ -163,6 +164,18 @@ struct AdamWSlot {
 inline constexpr int64_t adamw_zero_block = 256;
 void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s);
 
+// ---- stateful optimizers and gradient transforms (src/optim/sgd.hpp, src/optim/clip.hpp)
+// torch.optim.SGD's update of one parameter in place, in its dtype (f32 or f64): SGDElement's math
+// (optim_ops.hpp) on every element, with weight decay when weight_decay != 0 and momentum when
+// momentum != 0, kept in buf (the parameter's shape and dtype; unused, and may be undefined,
+// without momentum), which is set to the decayed gradient when first_step is (PyTorch's buffer
+// made at its first step).
+void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& buf, const SGDScalars& s);
+// out (k,) f64, out[slot] = the sum of the squares of x's elements (x f32 or f64, any shape), in
+// the order of Note [sum of squares order] (optim_ops.hpp): the same bits on every device and
+// thread count. Read on the device: clip_grad_norm reads back one scalar for all its gradients.
+void sum_squares(const Tensor& x, Tensor& out, int64_t slot);
+
 // ---- convolution and pooling over images x (N, C, H, W) (src/ops/conv.cpp)
 // A kernel_h x kernel_w window moved by stride over x with pad rows and columns of padding on each
 // side; out_h x out_w positions, out = (in + 2 pad - kernel) / stride + 1 (PyTorch's floor mode).
@@ -202,5 +215,25 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool c
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                         const Tensor& lse, bool causal, double scale, Tensor& delta, Tensor& dq, Tensor& dk,
                         Tensor& dv);
+
+// ---- normalisation over the last axis and dropout (cpu/norm.cpp, src/cuda/norm.cu; the facades
+// in norm.cpp). x (..., C) is read as n = numel / C rows of C; mean and rstd are (n,) of x's dtype;
+// weight and bias are (C,) or undefined tensors (no affine, no bias). Note [norm arithmetic] in
+// cpu/norm.cpp gives the order of every sum.
+enum class Norm : uint8_t { layer, rms };  // layer: y = (x - mean) * rstd * w + b;  rms: y = x * rstd * w
+// y = the normalised rows; mean (layer only; undefined for rms) and rstd = 1 / sqrt(var + eps),
+// var the row's mean square deviation (rms: its mean square).
+void norm_rows(Norm kind, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+               Tensor& mean, Tensor& rstd);
+// With xhat = (x - mean) * rstd (rms: x * rstd) and g = dy * weight (dy without a weight), each of
+// dx = rstd * (g - mean_row(g) - xhat * mean_row(g * xhat)) (rms: without the mean_row(g) term),
+// dweight = sum over rows of dy * xhat and dbias = sum over rows of dy, into every output that is
+// defined (an undefined one is not computed).
+void norm_rows_backward(Norm kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias);
+// y = x * m elementwise, m = 1 / (1 - p) (rounded to x's dtype) where element i's Philox word
+// (philox.hpp: word i % 4 of the block of counter offset + i / 4 under key seed) is at least
+// dropout_threshold(p), else 0 (p = 1: m = 0 everywhere). The backward is the same call on dy.
+void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& y);
 
 }  // namespace tapegrad::kernels

@@ -57,6 +57,14 @@ const std::vector<OpInfo>& op_table() {
         // ---- linear algebra of the N-d ops
         {"linear", "x (..., in), W (out, in), b (out,) or none -> (..., out)", "y = x @ W^T + b",
          "dx = dy @ W, dW = dy^T @ x, db = sum of dy, over every leading axis"},
+        // normalisation and dropout (ops/fused/norm.cpp, ops/fused/dropout.cpp)
+        {"layer_norm", "x (..., C), w (C,), b (C,) -> (..., C); w, b optional",
+         "y = xhat * w + b, xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps), per row of C",
+         "g = dy * w: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), dw = sum_rows(dy * xhat), db = sum_rows(dy)"},
+        {"rms_norm", "x (..., C), w (C,) -> (..., C); w optional",
+         "y = xhat * w, xhat = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps), per row of C",
+         "g = dy * w: dx = rstd * (g - xhat * mean(g * xhat)), dw = sum_rows(dy * xhat)"},
+        {"dropout", "any", "y = x * mask / (1 - p), mask = Philox(seed, offset) >= p", "dx = dy * mask / (1 - p)"},
     };
     t.insert(t.end(), rest.begin(), rest.end());
     // ---- images (N, C, H, W): conv.cpp

@@ -107,6 +107,11 @@ Var linear(Var x, Var w, Var b = Var());
 
 }  // namespace tapegrad::ops
 
+// ---- normalisation and dropout: layer_norm, rms_norm (fused/norm.hpp); dropout and its
+// Generator (fused/dropout.hpp)
+#include "tapegrad/ops/fused/dropout.hpp"
+#include "tapegrad/ops/fused/norm.hpp"
+
 namespace tapegrad {
 inline Var operator+(Var a, Var b) { return ops::add(a, b); }
 inline Var operator-(Var a, Var b) { return ops::sub(a, b); }

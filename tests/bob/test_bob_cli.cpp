@@ -30,6 +30,7 @@
 #include "default_corpus.hpp"
 #include "tapegrad/io/atomic_file.hpp"
 #include "tapegrad/io/file_lock.hpp"
+#include "tapegrad/kernels/cpu/simd.hpp"
 
 extern char** environ;
 
@@ -414,6 +415,28 @@ TEST_CASE("a device that is not there is refused before anything is written") {
   CHECK(run.status == 2);
   CHECK(contains(run.err, "without CUDA"));
 #endif
+  CHECK_FALSE(io::file_exists(folder / "x.ckpt"));
+}
+
+TEST_CASE("TAPEGRAD_CPU_PATH that names no path, or one this CPU lacks, is refused by name; nothing is written") {
+  Folder folder;
+  const std::string record = write_record(folder);
+  const char* set = std::getenv("TAPEGRAD_CPU_PATH");  // the suite may run with a path forced
+  const std::optional<std::string> before = set ? std::optional<std::string>(set) : std::nullopt;
+  const std::string best = cpu::simd::name(cpu::simd::best());
+  const std::vector<std::string> train_args = {"train", "--input", record, "--checkpoint", folder / "x.ckpt", "--fresh"};
+  ::setenv("TAPEGRAD_CPU_PATH", "avx1024", 1);
+  check_refusal(run_bob(train_args), "[cpu] TAPEGRAD_CPU_PATH must be scalar, avx2 or avx512, got \"avx1024\"; unset it "
+                                     "to take the best path this CPU has (" + best + ")");
+  for (cpu::simd::Path p : cpu::simd::all_paths) {
+    if (cpu::simd::supported(p)) continue;
+    ::setenv("TAPEGRAD_CPU_PATH", cpu::simd::name(p), 1);
+    check_refusal(run_bob(train_args), std::string("[cpu] TAPEGRAD_CPU_PATH=") + cpu::simd::name(p) +
+                                           " asks for a path this machine cannot run: " + cpu::simd::missing(p) +
+                                           "; unset it to take the best one here (" + best + ")");
+  }
+  if (before) ::setenv("TAPEGRAD_CPU_PATH", before->c_str(), 1);
+  else ::unsetenv("TAPEGRAD_CPU_PATH");
   CHECK_FALSE(io::file_exists(folder / "x.ckpt"));
 }
 

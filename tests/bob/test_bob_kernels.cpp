@@ -1,6 +1,7 @@
 // The CPU kernels bob's update runs take fast paths (Note [repeated rows], Note [softmax max],
-// src/kernels/cpu/avx512.hpp); these tests check, bit for bit, that every path gives what the
-// kernel's reference arithmetic gives, on rows built to reach each one.
+// the vector paths of src/kernels/cpu/simd.hpp); these tests check, bit for bit, that every path
+// gives what the kernel's reference arithmetic gives, on rows built to reach each one, and on each
+// CPU path this machine has (scalar, AVX2, AVX-512: tests/cpu_paths.hpp).
 //
 // Rule: the expected values are the documented f32 arithmetic written out here, one element at a
 // time (Note [cross-entropy arithmetic] in src/kernels/cpu/rows.cpp): p = exp(x - max) / total with
@@ -10,18 +11,23 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <limits>
 #include <random>
 #include <vector>
 
-#include "tapegrad/kernels/cpu/expf_avx512.hpp"
+#include "tapegrad/kernels/cpu/simd.hpp"
 #include "tapegrad/kernels/kernels.hpp"
 #include "bits.hpp"
+#include "cpu_paths.hpp"
+#include "needs.hpp"
 
 using namespace tapegrad;
 
 namespace {
 
+using cpu::simd::Path;
 using testing::values;
 
 // The f32 softmax of one row, as Note [cross-entropy arithmetic] writes it.
@@ -60,99 +66,135 @@ std::vector<std::vector<float>> distinct_rows(int64_t m) {
   return rows;
 }
 
+// check() once on each CPU path this machine has, that path active.
+void on_every_cpu_path(const std::function<void()>& check) {
+  for (Path path : testing::cpu_paths()) {
+    const testing::ForcedPath forced(path);
+    CAPTURE(cpu::simd::name(path));
+    check();
+  }
+}
+
 }  // namespace
 
-TEST_CASE("f32 cross-entropy: repeated rows, vectorized max and tails give the reference's bits") {
-  for (int64_t m : {256, 37, 8}) {
-    CAPTURE(m);
-    const std::vector<std::vector<float>> rows = distinct_rows(m);
-    const std::vector<int> order = {0, 1, 0, 2, 3, 1, 0, 4, 5, 4, 6, 2, 3, 0, 7, 6, 5, 7};  // a gathered batch
-    const int64_t b = static_cast<int64_t>(order.size());
-    std::vector<float> logits;
-    std::vector<int32_t> targets;
-    for (size_t i = 0; i < order.size(); ++i) {
-      logits.insert(logits.end(), rows[order[i]].begin(), rows[order[i]].end());
-      targets.push_back(static_cast<int32_t>((i * 5) % static_cast<size_t>(m)));
-    }
-    const Tensor x = Tensor::from_vector(logits, Shape{b, m});
-    const Tensor t = Tensor::from_vector(targets, Shape{b});
-    Tensor probs = Tensor::empty(Shape{b, m}, DType::f32), losses = Tensor::empty(Shape{b}, DType::f32);
-    kernels::cross_entropy(x, t, probs, losses);
-
-    std::vector<float> want;
-    for (int o : order) {
-      const std::vector<float> p = reference_softmax(rows[o].data(), m);
-      want.insert(want.end(), p.begin(), p.end());
-    }
-    CHECK_SAME_BITS(values(probs), want);
-    // Each loss equals the same row's loss computed on its own, as a batch of one.
-    for (int64_t i = 0; i < b; ++i) {
-      Tensor one_probs = Tensor::empty(Shape{1, m}, DType::f32), one_loss = Tensor::empty(Shape{1}, DType::f32);
-      kernels::cross_entropy(Tensor::from_vector(rows[order[i]], Shape{1, m}),
-                             Tensor::from_vector(std::vector<int32_t>{targets[i]}, Shape{1}), one_probs, one_loss);
-      CAPTURE(i);
-      CHECK(std::bit_cast<uint32_t>(values(losses)[i]) == std::bit_cast<uint32_t>(values(one_loss)[0]));
+TEST_CASE("the tests' CPU paths are the library's: the same instruction sets, the best one active by default") {
+  CHECK(cpu::simd::supported(Path::avx2) == testing::avx2_need().available);
+  CHECK(cpu::simd::supported(Path::avx512) == testing::avx512_need().available);
+  CHECK(cpu::simd::supported(Path::scalar));
+  if (std::getenv("TAPEGRAD_CPU_PATH") == nullptr) CHECK(cpu::simd::active() == cpu::simd::best());
+  for (Path p : cpu::simd::all_paths) {
+    CAPTURE(cpu::simd::name(p));
+    if (cpu::simd::supported(p)) {
+      CHECK(cpu::simd::kernels_of(p).path == p);
+    } else {
+      const std::string message = std::string("[cpu] set_path(") + cpu::simd::name(p) + "): " +
+                                  cpu::simd::missing(p) + "; the best path here is " + cpu::simd::name(cpu::simd::best());
+      CHECK_THROWS_WITH_AS(cpu::simd::set_path(p), message.c_str(), Error);
     }
   }
+}
+
+TEST_CASE("f32 cross-entropy: repeated rows, vectorized max and tails give the reference's bits") {
+  on_every_cpu_path([] {
+    for (int64_t m : {256, 37, 8}) {
+      CAPTURE(m);
+      const std::vector<std::vector<float>> rows = distinct_rows(m);
+      const std::vector<int> order = {0, 1, 0, 2, 3, 1, 0, 4, 5, 4, 6, 2, 3, 0, 7, 6, 5, 7};  // a gathered batch
+      const int64_t b = static_cast<int64_t>(order.size());
+      std::vector<float> logits;
+      std::vector<int32_t> targets;
+      for (size_t i = 0; i < order.size(); ++i) {
+        logits.insert(logits.end(), rows[order[i]].begin(), rows[order[i]].end());
+        targets.push_back(static_cast<int32_t>((i * 5) % static_cast<size_t>(m)));
+      }
+      const Tensor x = Tensor::from_vector(logits, Shape{b, m});
+      const Tensor t = Tensor::from_vector(targets, Shape{b});
+      Tensor probs = Tensor::empty(Shape{b, m}, DType::f32), losses = Tensor::empty(Shape{b}, DType::f32);
+      kernels::cross_entropy(x, t, probs, losses);
+
+      std::vector<float> want;
+      for (int o : order) {
+        const std::vector<float> p = reference_softmax(rows[o].data(), m);
+        want.insert(want.end(), p.begin(), p.end());
+      }
+      CHECK_SAME_BITS(values(probs), want);
+      // Each loss equals the same row's loss computed on its own, as a batch of one.
+      for (int64_t i = 0; i < b; ++i) {
+        Tensor one_probs = Tensor::empty(Shape{1, m}, DType::f32), one_loss = Tensor::empty(Shape{1}, DType::f32);
+        kernels::cross_entropy(Tensor::from_vector(rows[order[i]], Shape{1, m}),
+                               Tensor::from_vector(std::vector<int32_t>{targets[i]}, Shape{1}), one_probs, one_loss);
+        CAPTURE(i);
+        CHECK(std::bit_cast<uint32_t>(values(losses)[i]) == std::bit_cast<uint32_t>(values(one_loss)[0]));
+      }
+    }
+  });
 }
 
 TEST_CASE("f32 cross-entropy backward: power-of-two and other divisors, one or per-row gradients") {
-  const int64_t b = 5, m = 37 + 256;
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-  std::vector<float> p(static_cast<size_t>(b * m));
-  for (float& x : p) x = uniform(rng);
-  p[3] = 1e-42f;  // a subnormal: x / 256 and x * 2^-8 must still agree
-  const std::vector<int32_t> targets = {0, 5, 292, 17, 5};
-  for (double divisor : {256.0, 3.0, 1.0, 0.5}) {
-    for (bool per_row : {false, true}) {
-      CAPTURE(divisor);
-      CAPTURE(per_row);
-      const std::vector<float> g = per_row ? std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f, -0.0f} : std::vector<float>{1.5f};
-      const Tensor dloss = per_row ? Tensor::from_vector(g, Shape{b}) : Tensor::from_vector(g, Shape{});
-      Tensor d = Tensor::empty(Shape{b, m}, DType::f32);
-      kernels::cross_entropy_backward(Tensor::from_vector(p, Shape{b, m}), Tensor::from_vector(targets, Shape{b}),
-                                      dloss, divisor, d);
-      std::vector<float> want(p.size());
-      const float div = static_cast<float>(divisor);
-      for (int64_t i = 0; i < b; ++i)
-        for (int64_t j = 0; j < m; ++j) {
-          const float onehot = j == targets[i] ? 1.0f : 0.0f;
-          want[i * m + j] = ((p[i * m + j] - onehot) / div) * (per_row ? g[i] : g[0]);
-        }
-      CHECK_SAME_BITS(values(d), want);
+  on_every_cpu_path([] {
+    const int64_t b = 5, m = 37 + 256;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    std::vector<float> p(static_cast<size_t>(b * m));
+    for (float& x : p) x = uniform(rng);
+    p[3] = 1e-42f;  // a subnormal: x / 256 and x * 2^-8 must still agree
+    const std::vector<int32_t> targets = {0, 5, 292, 17, 5};
+    for (double divisor : {256.0, 3.0, 1.0, 0.5}) {
+      for (bool per_row : {false, true}) {
+        CAPTURE(divisor);
+        CAPTURE(per_row);
+        const std::vector<float> g = per_row ? std::vector<float>{1.0f, -2.0f, 0.5f, 3.0f, -0.0f} : std::vector<float>{1.5f};
+        const Tensor dloss = per_row ? Tensor::from_vector(g, Shape{b}) : Tensor::from_vector(g, Shape{});
+        Tensor d = Tensor::empty(Shape{b, m}, DType::f32);
+        kernels::cross_entropy_backward(Tensor::from_vector(p, Shape{b, m}), Tensor::from_vector(targets, Shape{b}),
+                                        dloss, divisor, d);
+        std::vector<float> want(p.size());
+        const float div = static_cast<float>(divisor);
+        for (int64_t i = 0; i < b; ++i)
+          for (int64_t j = 0; j < m; ++j) {
+            const float onehot = j == targets[i] ? 1.0f : 0.0f;
+            want[i * m + j] = ((p[i * m + j] - onehot) / div) * (per_row ? g[i] : g[0]);
+          }
+        CHECK_SAME_BITS(values(d), want);
+      }
     }
-  }
+  });
 }
 
 TEST_CASE("f32 gather backward: rows added in index order, tails included") {
-  const int64_t rows = 4, d = 16 * 3 + 5;
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> start(static_cast<size_t>(rows * d)), contributions(static_cast<size_t>(6 * d));
-  for (float& x : start) x = uniform(rng);
-  for (float& x : contributions) x = uniform(rng) * 1e-3f;
-  contributions[7] = -0.0f;
-  const std::vector<int32_t> ids = {2, 0, 2, 3, 2, 0};
-  std::vector<float> want = start;
-  for (size_t i = 0; i < ids.size(); ++i)
-    for (int64_t j = 0; j < d; ++j) want[ids[i] * d + j] = want[ids[i] * d + j] + contributions[i * d + j];
-  Tensor table = Tensor::from_vector(start, Shape{rows, d});
-  kernels::scatter_rows(table, Tensor::from_vector(ids, Shape{6}), Tensor::from_vector(contributions, Shape{6, d}),
-                        false);
-  CHECK_SAME_BITS(values(table), want);
+  on_every_cpu_path([] {
+    const int64_t rows = 4, d = 16 * 3 + 5;
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    std::vector<float> start(static_cast<size_t>(rows * d)), contributions(static_cast<size_t>(6 * d));
+    for (float& x : start) x = uniform(rng);
+    for (float& x : contributions) x = uniform(rng) * 1e-3f;
+    contributions[7] = -0.0f;
+    const std::vector<int32_t> ids = {2, 0, 2, 3, 2, 0};
+    std::vector<float> want = start;
+    for (size_t i = 0; i < ids.size(); ++i)
+      for (int64_t j = 0; j < d; ++j) want[ids[i] * d + j] = want[ids[i] * d + j] + contributions[i * d + j];
+    Tensor table = Tensor::from_vector(start, Shape{rows, d});
+    kernels::scatter_rows(table, Tensor::from_vector(ids, Shape{6}), Tensor::from_vector(contributions, Shape{6, d}),
+                          false);
+    CHECK_SAME_BITS(values(table), want);
+  });
 }
 
-TEST_CASE("[avx512] the vectorized expf gives the C library's expf bits (every 61st float bit pattern)") {
-  REQUIRE(cpu::avx512::available());
+namespace {
+
+// path's exp_row against the C library's expf, on every 61st float bit pattern.
+void check_vector_expf(Path path) {
+  REQUIRE(cpu::simd::supported(path));
+  const cpu::simd::Kernels& vk = cpu::simd::kernels_of(path);
   float (*library_exp)(float) = [](float x) { return std::exp(x); };
-  REQUIRE(cpu::avx512::reproduces(library_exp));
+  REQUIRE(cpu::simd::reproduces(vk, library_exp));
   // bench-style exhaustive runs over all 2^32 inputs agree too; here a spread sample of 70 million
   std::vector<float> x(1 << 16), have(1 << 16);
   long checked = 0, differing = 0;
   for (uint64_t start = 0; start < (uint64_t{1} << 32); start += uint64_t{61} * x.size()) {
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::bit_cast<float>(static_cast<uint32_t>(start + 61 * i));
-    cpu::avx512::exp_row(x.data(), 0.0f, have.data(), static_cast<int64_t>(x.size()), library_exp);
+    vk.exp_row(x.data(), 0.0f, have.data(), static_cast<int64_t>(x.size()), library_exp);
     for (size_t i = 0; i < x.size(); ++i, ++checked)
       differing += std::bit_cast<uint32_t>(have[i]) != std::bit_cast<uint32_t>(std::exp(x[i]));
   }
@@ -160,8 +202,10 @@ TEST_CASE("[avx512] the vectorized expf gives the C library's expf bits (every 6
   CHECK(differing == 0);
 }
 
-TEST_CASE("[avx512] the softmax's block sums give the left-to-right double sum (Note [block sums])") {
-  REQUIRE(cpu::avx512::available());
+// path's sum_blocks against the left-to-right double sum, on rows built to reach its branches.
+void check_block_sums(Path path) {
+  REQUIRE(cpu::simd::supported(path));
+  const cpu::simd::Kernels& vk = cpu::simd::kernels_of(path);
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f), gap(0.0f, 60.0f);
   long rows = 0, differing = 0;
@@ -187,7 +231,7 @@ TEST_CASE("[avx512] the softmax's block sums give the left-to-right double sum (
       if (trial % 50 == 11) y[0] = 0.0f;
       double want = 0.0;
       for (float v : y) want += v;
-      const double have = cpu::avx512::sum_blocks(y.data(), m);
+      const double have = vk.sum_blocks(y.data(), m);
       ++rows;
       const bool both_nan = std::isnan(have) && std::isnan(want);
       differing += std::bit_cast<uint64_t>(have) != std::bit_cast<uint64_t>(want) && !both_nan;
@@ -197,8 +241,10 @@ TEST_CASE("[avx512] the softmax's block sums give the left-to-right double sum (
   CHECK(differing == 0);
 }
 
-TEST_CASE("[avx512] the softmax's division by its total gives the double division's bits (Note [division by the total])") {
-  REQUIRE(cpu::avx512::available());
+// path's divide_row against the double division, float midpoints and subnormal quotients included.
+void check_division(Path path) {
+  REQUIRE(cpu::simd::supported(path));
+  const cpu::simd::Kernels& vk = cpu::simd::kernels_of(path);
   std::mt19937_64 rng(23);
   std::uniform_real_distribution<double> totals(1.0, 300.0);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
@@ -220,7 +266,7 @@ TEST_CASE("[avx512] the softmax's division by its total gives the double divisio
     if (trial % 11 == 0) y[static_cast<size_t>(rng() % m)] = 1e-40f;  // subnormal quotients
     std::vector<float> want = y, have = y;
     for (float& v : want) v = static_cast<float>(v / total);
-    int64_t j = cpu::avx512::divide_row(have.data(), m, total);
+    int64_t j = vk.divide_row(have.data(), m, total);
     for (; j < m; ++j) have[static_cast<size_t>(j)] = static_cast<float>(have[static_cast<size_t>(j)] / total);
     for (size_t k = 0; k < y.size(); ++k, ++checked)
       differing += std::bit_cast<uint32_t>(have[k]) != std::bit_cast<uint32_t>(want[k]);
@@ -228,4 +274,25 @@ TEST_CASE("[avx512] the softmax's division by its total gives the double divisio
   CHECK(near_midpoints > 900);
   CHECK(checked > 100000);
   CHECK(differing == 0);
+}
+
+}  // namespace
+
+TEST_CASE("[avx2] the vectorized expf gives the C library's expf bits (every 61st float bit pattern)") {
+  check_vector_expf(Path::avx2);
+}
+TEST_CASE("[avx2] the softmax's block sums give the left-to-right double sum (Note [block sums])") {
+  check_block_sums(Path::avx2);
+}
+TEST_CASE("[avx2] the softmax's division by its total gives the double division's bits (Note [division by the total])") {
+  check_division(Path::avx2);
+}
+TEST_CASE("[avx512] the vectorized expf gives the C library's expf bits (every 61st float bit pattern)") {
+  check_vector_expf(Path::avx512);
+}
+TEST_CASE("[avx512] the softmax's block sums give the left-to-right double sum (Note [block sums])") {
+  check_block_sums(Path::avx512);
+}
+TEST_CASE("[avx512] the softmax's division by its total gives the double division's bits (Note [division by the total])") {
+  check_division(Path::avx512);
 }

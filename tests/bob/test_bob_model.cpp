@@ -1,7 +1,7 @@
 // Tests for bob's model (apps/bob/bob_model.*): the initial table against the Python values, the
 // gradient the engine computes against the contract's formula (docs/bob.md, "Model and objective"),
-// the overwrite-bug mode, in-process resume, predictions, and the checkpoint comparison
-// verify-resume reports.
+// the overwrite-bug mode, in-process resume, predictions, the checkpoint comparison
+// verify-resume reports, and the same bits on every CPU path (src/kernels/cpu/simd.hpp).
 //
 // Rule: values that the contract fixes are checked bit for bit against
 // tests/fixtures/gen_bob_adamw.py; the gradient, whose softmax rounding the contract leaves to
@@ -14,6 +14,7 @@
 
 #include "bob_model.hpp"
 #include "default_corpus.hpp"
+#include "cpu_paths.hpp"
 #include "golden.hpp"
 #include "tapegrad/ops/ops.hpp"
 
@@ -52,6 +53,13 @@ std::vector<double> spec_gradient(const std::vector<float>& w, const io::BobReco
       grad[b * 256 + j] += (std::exp(row[j] - top) / total - (j == r.y[i] ? 1.0 : 0.0)) / batch;
   }
   return grad;
+}
+
+// The CRC-32 a checkpoint ends with, of every byte before it (src/io/envelope.hpp).
+uint32_t stored_crc(const std::string& bytes) {
+  uint32_t crc = 0;
+  for (int i = 0; i < 4; ++i) crc |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[bytes.size() - 4 + i])) << (8 * i);
+  return crc;
 }
 
 double max_difference(const std::vector<float>& a, const std::vector<double>& b) {
@@ -151,6 +159,25 @@ TEST_CASE("in-process resume through checkpoint bytes gives the same bytes as on
     bytes = checkpoint_bytes(resumed);
   }
   CHECK(bob::describe_difference(bytes, checkpoint_bytes(straight), "resumed", "straight") == "");
+}
+
+// The checkpoints' CRC-32 are those the build before the AVX2 path (19216a8) wrote on its AVX-512
+// path: bob's own 30 updates, and 5000 (sharp rows, where the softmax's block sums take their
+// slower branches).
+TEST_CASE("every CPU path gives bob's updates the same bits: 30 and 5000 from the seed, as before the AVX2 path") {
+  std::vector<uint32_t> first_losses;  // the first path's 30 losses
+  for (cpu::simd::Path path : testing::cpu_paths()) {
+    const testing::ForcedPath forced(path);
+    CAPTURE(cpu::simd::name(path));
+    bob::Model model(default_record(), Device::cpu());
+    std::vector<uint32_t> losses;
+    for (int k = 0; k < 30; ++k) losses.push_back(std::bit_cast<uint32_t>(static_cast<float>(model.update().item())));
+    CHECK(stored_crc(checkpoint_bytes(model)) == 0x608863afu);
+    if (first_losses.empty()) first_losses = losses;
+    CHECK(losses == first_losses);
+    for (int k = 30; k < 5000; ++k) model.update();
+    CHECK(stored_crc(checkpoint_bytes(model)) == 0x41269bf9u);
+  }
 }
 
 TEST_CASE("CUDA graphs are for CUDA models: turning them on for a CPU model is refused") {

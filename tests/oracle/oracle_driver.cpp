@@ -236,6 +236,8 @@ std::vector<Case> cases() {
       {"softmax: some -inf logits", {X({4, 3}, {-INFINITY})}, BUILD(softmax(x[0], -1)), "torch.softmax(x0, dim=-1)"},
       {"log_softmax: some -inf logits", {X({4, 3}, {-INFINITY})}, BUILD(log_softmax(x[0], -1)),
        "F.log_softmax(x0, dim=-1)"},
+      {"log_softmax: some +inf logits (rows of NaN)", {X({4, 3}, {INFINITY})}, BUILD(log_softmax(x[0], -1)),
+       "F.log_softmax(x0, dim=-1)"},
       {"logsumexp: some -inf logits, rows of -inf", {X({8, 2}, {-INFINITY})}, BUILD(logsumexp(x[0], -1)),
        "torch.logsumexp(x0, dim=-1)"},
       {"logsumexp: axis 1", {P({2, 3, 4}, -3, 3)}, BUILD(logsumexp(x[0], 1)), "torch.logsumexp(x0, dim=1)"},

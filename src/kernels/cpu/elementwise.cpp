@@ -6,16 +6,15 @@
 // large tensor's elements split into ranges that run on several cores (parallel_for) and give
 // the bits one thread gives.
 #include <algorithm>
-#include <bit>
 #include <cmath>
 
 #include <xtensor/xmath.hpp>
 #include <xtensor/xnoalias.hpp>
 #include <xtensor/xoperation.hpp>
 
-#include "tapegrad/kernels/cpu/avx512.hpp"
 #include "tapegrad/kernels/cpu/cpu_kernels.hpp"
 #include "tapegrad/kernels/cpu/dispatch.hpp"
+#include "tapegrad/kernels/cpu/simd.hpp"
 
 namespace tapegrad::cpu {
 
@@ -175,11 +174,11 @@ void adamw_step(const kernels::AdamWSlot& slot, const AdamWScalars& s) {
   uint8_t* zero_blocks = slot.zero_blocks;
   const float decay = 1.0f - s.lr * s.weight_decay;
   const float one_minus_b1 = 1.0f - s.beta1, one_minus_b2 = 1.0f - s.beta2;
+  const simd::Kernels& vk = simd::active_kernels();
   // elements [begin, end) with their gradient at g[0 .. end - begin)
   auto update = [&](int64_t begin, int64_t end, const float* g) {
     const int64_t n = end - begin;
-    const int64_t done = avx512::available() ? avx512::adamw_step(w + begin, g, mm + begin, vv + begin, n, s)
-                                             : 0;  // the same bits
+    const int64_t done = vk.adamw_step(w + begin, g, mm + begin, vv + begin, n, s);  // the same bits
     // per element, fp32, left to right, no fused multiply-add (-ffp-contract=off): docs/bob.md
     for (int64_t i = begin + done; i < end; ++i) {
       const float gi = g[i - begin];
@@ -225,13 +224,8 @@ void adamw_step(const kernels::AdamWSlot& slot, const AdamWScalars& s) {
     });
     return;
   }
-  auto zero = [](const float* a, const float* b, int64_t n) {  // every bit of a[0..n) and b[0..n) clear
-    if (avx512::available() && !avx512::all_zero_bits(a, b, n)) return false;
-    for (int64_t j = avx512::available() ? n - n % 16 : 0; j < n; ++j)
-      if (std::bit_cast<uint32_t>(a[j]) != 0 || std::bit_cast<uint32_t>(b[j]) != 0) return false;
-    return true;
-  };
-  const bool decay_only_exact = avx512::adamw_zero_fast_path_exact(s);
+  auto zero = [&](const float* a, const float* b, int64_t n) { return vk.all_zero_bits(a, b, n); };
+  const bool decay_only_exact = simd::adamw_zero_fast_path_exact(s);
   const int64_t blocks = (numel + block - 1) / block;
   // Split like a streaming kernel: most blocks of an embedding are a pass over w alone, and
   // splitting the table over the cores hands the next kernels (which read the table's rows on one
@@ -244,7 +238,7 @@ void adamw_step(const kernels::AdamWSlot& slot, const AdamWScalars& s) {
       bool g_zero;
       const float* g = block_grad(begin, end, buffer, &g_zero);
       if (decay_only_exact && zero_blocks[k] && (g_zero || zero(g, g, n))) {
-        const int64_t done = avx512::available() ? avx512::scale_in_place(w + begin, n, decay) : 0;
+        const int64_t done = vk.scale_in_place(w + begin, n, decay);
         for (int64_t i = begin + done; i < end; ++i) w[i] = w[i] * decay;
         continue;
       }

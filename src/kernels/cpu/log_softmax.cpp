@@ -4,9 +4,8 @@
 // Every row is shifted by its largest element before the exponentials: lp = (x - m) - log(s),
 // s = sum exp(x - m) accumulated in double, so no exponential overflows and s >= 1 never
 // underflows; a loss -lp[t] is then exact to the dtype's precision however far the target logit
-// is below the others (logits (0, -745) with target 1 give 745, where -log(softmax) gives inf). A
-// row whose largest element is infinite or NaN has m replaced by 0 (PyTorch's rule), so a row of
-// -inf gives -inf and a NaN stays NaN.
+// is below the others (logits (0, -745) with target 1 give 745, where -log(softmax) gives inf).
+// A row holding NaN or +inf, or all -inf, gives NaN everywhere, as PyTorch's log_softmax does.
 #include <cmath>
 #include <string>
 
@@ -21,7 +20,6 @@ template <class T>
 void log_softmax_row(const T* x, T* y, int64_t m) {
   T top = x[0];
   for (int64_t j = 1; j < m; ++j) top = x[j] > top || x[j] != x[j] ? x[j] : top;
-  if (!std::isfinite(top)) top = T(0);
   double s = 0.0;
   for (int64_t j = 0; j < m; ++j) s += static_cast<double>(std::exp(x[j] - top));
   const T log_s = static_cast<T>(std::log(s));

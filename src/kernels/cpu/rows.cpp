@@ -1,6 +1,6 @@
 // CPU row kernels: gather and its scatter backward, softmax, cross-entropy (and its distinct-row
-// forms for the fused embedding_cross_entropy). f32 rows take AVX-512 paths where the CPU has them
-// (avx512.hpp, expf_avx512.hpp) and cross-entropy computes repeated rows once (repeated_rows.hpp);
+// forms for the fused embedding_cross_entropy). f32 rows take the CPU's vector path (simd.hpp:
+// AVX2 or AVX-512) and cross-entropy computes repeated rows once (repeated_rows.hpp);
 // each of these gives the reference loop's bits. Large loops split
 // over the intra-op threads (src/tensor/parallel.hpp) by rows, or by columns for the gather's
 // backward, whose additions into one row must stay in index order.
@@ -23,16 +23,16 @@
 // distinct rows' softmax stays on one thread: split, half the rows the backward reads next are in
 // the other core's cache, and fetching them cost more than the split saved (docs/bob.md).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "tapegrad/kernels/cpu/avx512.hpp"
 #include "tapegrad/kernels/cpu/cpu_kernels.hpp"
 #include "tapegrad/kernels/cpu/dispatch.hpp"
 #include "tapegrad/kernels/cpu/exact_sum.hpp"
-#include "tapegrad/kernels/cpu/expf_avx512.hpp"
 #include "tapegrad/kernels/cpu/repeated_rows.hpp"
+#include "tapegrad/kernels/cpu/simd.hpp"
 
 namespace tapegrad::cpu {
 
@@ -54,10 +54,16 @@ int64_t checked_index(const char* op, const I* ids, int64_t i, int64_t rows, con
 // The f32 softmax's exponential: the C library's expf.
 float exp_f32(float x) { return std::exp(x); }
 
-// Whether the AVX-512 exponentials reproduce exp_f32 on this machine (Note [vectorized expf]).
-bool vector_expf() {
-  static const bool reproduced = avx512::available() && avx512::reproduces(exp_f32);
-  return reproduced;
+// Whether path k's exponentials reproduce exp_f32 on this machine (Note [vectorized expf] in
+// simd_paths.inc), checked once for each path this CPU has.
+bool vector_expf(const simd::Kernels& k) {
+  static const std::array<bool, 3> reproduced = [] {
+    std::array<bool, 3> r{};
+    for (simd::Path p : simd::all_paths)
+      r[static_cast<size_t>(p)] = simd::supported(p) && simd::reproduces(simd::kernels_of(p), exp_f32);
+    return r;
+  }();
+  return reproduced[static_cast<size_t>(k.path)];
 }
 
 // Softmax of one row of m values; returns the row's max and the sum of exponentials.
@@ -68,11 +74,12 @@ bool vector_expf() {
 // largest values are zeros; x - (+0) and x - (-0) differ only in the sign of a zero result,
 // exp(+0) = exp(-0) = 1, and log(total) + (+-0) is the same number, so every result is the same.
 // A row with a NaN takes the loop, whose choice of top (and NaN payload) stays as it was.
+// vk: the CPU path's kernels (simd::active_kernels(), read once by the caller).
 template <class T>
-void softmax_row(const T* x, T* y, int64_t m, double* top_out, double* total_out) {
+void softmax_row(const simd::Kernels& vk, const T* x, T* y, int64_t m, double* top_out, double* total_out) {
   T top = x[0];
   bool vectorized = false;
-  if constexpr (std::is_same_v<T, float>) vectorized = avx512::available() && avx512::row_max(x, m, &top);
+  if constexpr (std::is_same_v<T, float>) vectorized = vk.row_max(x, m, &top);
   if (!vectorized)
     for (int64_t j = 1; j < m; ++j) top = x[j] > top ? x[j] : top;
   if constexpr (std::is_same_v<T, double>) {
@@ -83,16 +90,12 @@ void softmax_row(const T* x, T* y, int64_t m, double* top_out, double* total_out
   } else {
     // exp_f32 of each shifted value, summed left to right in double, each divided by the sum;
     // the vector paths give the same bits (Note [vectorized expf], Note [exact f32 sums],
-    // Note [block sums], Note [division by the total] in expf_avx512.hpp)
-    int64_t j = vector_expf() ? avx512::exp_row(x, top, y, m, exp_f32) : 0;
+    // Note [block sums], Note [division by the total] in simd_paths.inc)
+    int64_t j = vector_expf(vk) ? vk.exp_row(x, top, y, m, exp_f32) : 0;
     for (; j < m; ++j) y[j] = exp_f32(x[j] - top);
     double total = 0.0;
-    if (!avx512::available()) {
-      for (j = 0; j < m; ++j) total += y[j];
-    } else if (!avx512::sum_if_exact(y, m, &total)) {
-      total = avx512::sum_blocks(y, m);
-    }
-    j = avx512::available() ? avx512::divide_row(y, m, total) : 0;
+    if (!vk.sum_if_exact(y, m, &total)) total = vk.sum_blocks(y, m);  // the scalar path: left to right
+    j = vk.divide_row(y, m, total);
     for (; j < m; ++j) y[j] = static_cast<T>(y[j] / total);
     *total_out = total;
   }
@@ -123,8 +126,8 @@ namespace {
 // addition writes 0 + rows[i] (the bits zero-then-add gives, -0 turning into +0) and the rows no id
 // touches are zeroed, so nothing is written twice.
 template <class T, class I>
-void scatter_columns(T* out, const I* id, const T* src, int64_t b, int64_t nrows, int64_t d, int64_t begin, int64_t end,
-                     bool overwrite, bool fresh) {
+void scatter_columns(const simd::Kernels& vk, T* out, const I* id, const T* src, int64_t b, int64_t nrows, int64_t d,
+                     int64_t begin, int64_t end, bool overwrite, bool fresh) {
   const int64_t n = end - begin;
   std::vector<bool> touched(fresh ? static_cast<size_t>(nrows) : 0);
   for (int64_t i = 0; i < b; ++i) {  // in index order: deterministic, and the last write wins
@@ -136,12 +139,12 @@ void scatter_columns(T* out, const I* id, const T* src, int64_t b, int64_t nrows
     } else if (fresh && !touched[static_cast<size_t>(r)]) {
       int64_t j = 0;
       if constexpr (std::is_same_v<T, float>)
-        if (avx512::available()) j = avx512::zero_plus_row(o, s, n);
+        j = vk.zero_plus_row(o, s, n);
       for (; j < n; ++j) o[j] = T(0) + s[j];
     } else {
       int64_t j = 0;
       if constexpr (std::is_same_v<T, float>)
-        if (avx512::available()) j = avx512::add_row(o, s, n);
+        j = vk.add_row(o, s, n);
       for (; j < n; ++j) o[j] = o[j] + s[j];
     }
     if (fresh) touched[static_cast<size_t>(r)] = true;
@@ -164,8 +167,9 @@ void scatter(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite,
       const int64_t row_bytes = d * static_cast<int64_t>(sizeof(T));
       const int64_t bytes = (fresh ? std::max(b, nrows) : b) * row_bytes;
       const int64_t columns = chunk_for(bytes, 1) == bytes ? d : std::max<int64_t>(16, (d / num_threads() + 15) / 16 * 16);
+      const simd::Kernels& vk = simd::active_kernels();
       parallel_for(d, columns, [&](int64_t begin, int64_t end) {
-        scatter_columns(out, id, src, b, nrows, d, begin, end, overwrite, fresh);
+        scatter_columns(vk, out, id, src, b, nrows, d, begin, end, overwrite, fresh);
       });
     });
   });
@@ -186,9 +190,10 @@ void softmax_rows(const Tensor& x, Tensor& y) {
   dispatch_float("softmax", x.dtype(), [&]<class T>() {
     const T* X = static_cast<const T*>(x.raw_data());
     T* Y = static_cast<T*>(y.raw_data());
+    const simd::Kernels& vk = simd::active_kernels();
     parallel_for(n, costly_rows_chunk(n, m * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
       double top, total;
-      for (int64_t i = begin; i < end; ++i) softmax_row(X + i * m, Y + i * m, m, &top, &total);
+      for (int64_t i = begin; i < end; ++i) softmax_row(vk, X + i * m, Y + i * m, m, &top, &total);
     });
   });
 }
@@ -232,10 +237,11 @@ template <class T, class I, class XRow, class PRow>
 void distinct_rows_cross_entropy(int64_t b, int64_t v, int64_t k, XRow x_row, PRow p_row, const int32_t* row_of,
                                  const I* t, T* L) {
   std::vector<double> logsumexp(static_cast<size_t>(k));  // f32: log(total) + top
+  const simd::Kernels& vk = simd::active_kernels();
   parallel_for(k, k, [&](int64_t begin, int64_t end) {
     for (int64_t j = begin; j < end; ++j) {
       double top, total;
-      softmax_row(x_row(j), p_row(j), v, &top, &total);
+      softmax_row(vk, x_row(j), p_row(j), v, &top, &total);
       logsumexp[static_cast<size_t>(j)] = std::log(total) + top;
     }
   });
@@ -345,6 +351,7 @@ void cross_entropy_backward_rows(const Tensor& probs, const Tensor& prob_rows, c
       // rounded once): bob's mean over 256 examples multiplies instead of dividing.
       int exponent = 0;
       const bool power_of_two = std::frexp(div, &exponent) == T(0.5) && std::isnormal(T(1) / div);
+      const simd::Kernels& vk = simd::active_kernels();
       parallel_for(b, chunk_for(b, v * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
           const T gi = per_row ? g[i] : g[0];
@@ -354,7 +361,7 @@ void cross_entropy_backward_rows(const Tensor& probs, const Tensor& prob_rows, c
           const T p_target = ti >= 0 && ti < v ? p[ti] : T(0);
           int64_t j = 0;  // ((p - onehot) / div) * gi, first with onehot = 0 everywhere (p - 0 is p)
           if constexpr (std::is_same_v<T, float>)
-            if (avx512::available()) j = avx512::scale_row(p, d, v, power_of_two ? T(1) / div : div, power_of_two, gi);
+            j = vk.scale_row(p, d, v, power_of_two ? T(1) / div : div, power_of_two, gi);
           if (power_of_two)
             for (const T inverse = T(1) / div; j < v; ++j) d[j] = (p[j] * inverse) * gi;
           else

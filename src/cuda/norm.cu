@@ -1,0 +1,334 @@
+// CUDA kernels of layer_norm, rms_norm and dropout. The CPU versions (src/kernels/cpu/norm.cpp)
+// are the reference; Note [norm arithmetic] there gives both devices' arithmetic.
+//
+// Rules:
+// - f64 rows: one thread per row, the CPU's expressions with ExactSum, so mean, rstd, y and dx equal
+//   the CPU's bit for bit; dweight and dbias are sum_rows (correctly rounded) of dy * xhat and dy.
+// - f32 rows: one warp per row; each lane adds its columns (lane, lane + 32, ...) in double in
+//   order, then a fixed butterfly adds the lanes: deterministic; off from the CPU only through the
+//   order of those sums. dweight and dbias: blocks of rows sum their columns in double (each block
+//   in a fixed order), then each column's block sums are added in block order, so no atomics.
+// - dropout: one thread per block of four elements, running the CPU's Philox (philox.hpp): the
+//   same mask and the same bits as the CPU.
+// - Sums that run out of ExactSum's partials are recorded (Note [kernel errors] in memory.cu).
+#include "tapegrad/cuda/common.cuh"
+#include "tapegrad/cuda/cuda_kernels.hpp"
+#include "tapegrad/cuda/exact_sum.cuh"
+#include "tapegrad/kernels/philox.hpp"
+
+namespace tapegrad::cuda {
+
+namespace {
+
+// ----------------------------------------------------------------------------
+// CUDA kernels
+
+constexpr int kNormWarp = 32;
+
+// A lane's double summed over the warp by a fixed butterfly (the same bits on every run).
+__device__ inline double lanes_sum(double v) {
+  for (int offset = kNormWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// The arguments every norm kernel takes; x, mean and rstd are (n, m), (n,), (n,). A null pointer
+// is an absent tensor (no weight, no bias, no mean for rms_norm, a gradient not wanted).
+template <class T>
+struct NormRows {
+  const T* x;
+  const T* dy;
+  const T* w;
+  const T* b;
+  T* out;  // forward: y; backward: dx
+  T* mean;
+  T* rstd;
+  int64_t n, m;
+  double eps;
+  bool centered;  // layer_norm; else rms_norm
+};
+
+template <class T>
+__device__ inline T xhat_of(const NormRows<T>& a, T x, T mean, T rstd) {
+  return a.centered ? (x - mean) * rstd : x * rstd;
+}
+
+template <class T>
+__device__ inline T affine(const NormRows<T>& a, T v, int64_t j) {
+  if (a.w) v = v * a.w[j];
+  if (a.b) v = v + a.b[j];
+  return v;
+}
+
+// y (n, m) and mean, rstd (n,), f32: one warp per row.
+__global__ void norm_forward_f32_kernel(NormRows<float> a) {
+  const int64_t warps = int64_t{gridDim.x} * blockDim.x / kNormWarp;
+  const int lane = threadIdx.x % kNormWarp;
+  for (int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kNormWarp; i < a.n; i += warps) {
+    const float* x = a.x + i * a.m;
+    double mean = 0.0;
+    if (a.centered) {
+      double part = 0.0;
+      for (int64_t j = lane; j < a.m; j += kNormWarp) part += static_cast<double>(x[j]);
+      mean = lanes_sum(part) / static_cast<double>(a.m);
+    }
+    double part = 0.0;
+    for (int64_t j = lane; j < a.m; j += kNormWarp) {
+      const double d = static_cast<double>(x[j]) - mean;
+      part += d * d;
+    }
+    const double var = lanes_sum(part) / static_cast<double>(a.m);
+    const float mean_t = static_cast<float>(mean), rstd_t = static_cast<float>(1.0 / sqrt(var + a.eps));
+    float* y = a.out + i * a.m;
+    for (int64_t j = lane; j < a.m; j += kNormWarp) y[j] = affine(a, xhat_of(a, x[j], mean_t, rstd_t), j);
+    if (lane == 0) {
+      if (a.mean) a.mean[i] = mean_t;
+      a.rstd[i] = rstd_t;
+    }
+  }
+}
+
+// The same in f64: one thread per row, correctly rounded sums (the CPU's bits).
+__global__ void norm_forward_f64_kernel(NormRows<double> a, ErrorSite site) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < a.n; i += int64_t{gridDim.x} * blockDim.x) {
+    const double* x = a.x + i * a.m;
+    double mean = 0.0;
+    bool out_of_partials = false;
+    if (a.centered) {
+      ExactSum s;
+      for (int64_t j = 0; j < a.m; ++j) s.add(x[j]);
+      out_of_partials = s.out_of_partials;
+      mean = s.result() / static_cast<double>(a.m);
+    }
+    ExactSum q;
+    for (int64_t j = 0; j < a.m; ++j) {
+      const double d = x[j] - mean;
+      q.add(d * d);
+    }
+    if (out_of_partials || q.out_of_partials) record_error(site, ErrorKind::sum_out_of_partials, i, ExactSum::kPartials);
+    const double rstd = 1.0 / sqrt(q.result() / static_cast<double>(a.m) + a.eps);
+    double* y = a.out + i * a.m;
+    for (int64_t j = 0; j < a.m; ++j) y[j] = affine(a, xhat_of(a, x[j], mean, rstd), j);
+    if (a.mean) a.mean[i] = mean;
+    a.rstd[i] = rstd;
+  }
+}
+
+// dx (n, m), f32: one warp per row. g = dy * w; dx = rstd * ((g - mean(g)) - xhat * mean(g * xhat))
+// (rms_norm: without the mean(g) term).
+__global__ void norm_backward_f32_kernel(NormRows<float> a) {
+  const int64_t warps = int64_t{gridDim.x} * blockDim.x / kNormWarp;
+  const int lane = threadIdx.x % kNormWarp;
+  for (int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kNormWarp; i < a.n; i += warps) {
+    const float* x = a.x + i * a.m;
+    const float* dy = a.dy + i * a.m;
+    const float mean = a.centered ? a.mean[i] : 0.0f, rstd = a.rstd[i];
+    double part_g = 0.0, part_gx = 0.0;
+    for (int64_t j = lane; j < a.m; j += kNormWarp) {
+      const float g = a.w ? dy[j] * a.w[j] : dy[j];
+      part_g += static_cast<double>(g);
+      part_gx += static_cast<double>(g * xhat_of(a, x[j], mean, rstd));  // the f32 product, as the CPU's
+    }
+    const double sum_g = a.centered ? lanes_sum(part_g) : 0.0, sum_gx = lanes_sum(part_gx);
+    const float mean_g = static_cast<float>(sum_g / static_cast<double>(a.m));
+    const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(a.m));
+    float* dx = a.out + i * a.m;
+    for (int64_t j = lane; j < a.m; j += kNormWarp) {
+      const float g = a.w ? dy[j] * a.w[j] : dy[j], xhat = xhat_of(a, x[j], mean, rstd);
+      dx[j] = a.centered ? rstd * ((g - mean_g) - xhat * mean_gx) : rstd * (g - xhat * mean_gx);
+    }
+  }
+}
+
+// dx (n, m) when out is set, and prod (n, m) = dy * xhat when prod is set, f64: one thread per row.
+__global__ void norm_backward_f64_kernel(NormRows<double> a, double* prod, ErrorSite site) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < a.n; i += int64_t{gridDim.x} * blockDim.x) {
+    const double* x = a.x + i * a.m;
+    const double* dy = a.dy + i * a.m;
+    const double mean = a.centered ? a.mean[i] : 0.0, rstd = a.rstd[i];
+    if (a.out) {
+      ExactSum sum_g, sum_gx;
+      for (int64_t j = 0; j < a.m; ++j) {
+        const double g = a.w ? dy[j] * a.w[j] : dy[j];
+        if (a.centered) sum_g.add(g);
+        sum_gx.add(g * xhat_of(a, x[j], mean, rstd));
+      }
+      if (sum_g.out_of_partials || sum_gx.out_of_partials)
+        record_error(site, ErrorKind::sum_out_of_partials, i, ExactSum::kPartials);
+      const double mean_g = sum_g.result() / static_cast<double>(a.m);
+      const double mean_gx = sum_gx.result() / static_cast<double>(a.m);
+      double* dx = a.out + i * a.m;
+      for (int64_t j = 0; j < a.m; ++j) {
+        const double g = a.w ? dy[j] * a.w[j] : dy[j], xhat = xhat_of(a, x[j], mean, rstd);
+        dx[j] = a.centered ? rstd * ((g - mean_g) - xhat * mean_gx) : rstd * (g - xhat * mean_gx);
+      }
+    }
+    if (prod)
+      for (int64_t j = 0; j < a.m; ++j) prod[i * a.m + j] = dy[j] * xhat_of(a, x[j], mean, rstd);
+  }
+}
+
+// Note [norm column blocks]
+// dweight and dbias in f32: block (x, y) of the grid takes 32 columns (x) and one chunk of
+// rows_per_chunk rows (y); its 8 rows of threads take every 8th row of the chunk, in order, and
+// add dy * xhat (and dy) in double; a fixed tree adds the 8, and the block writes the chunk's sums.
+// A second kernel adds each column's chunk sums in chunk order. Every sum has one fixed order.
+constexpr int kColumnTile = 32, kColumnRows = 8;
+
+__global__ void norm_columns_f32_kernel(NormRows<float> a, int64_t rows_per_chunk, double* partial_w,
+                                        double* partial_b) {
+  __shared__ double sums[2][kColumnRows][kColumnTile];
+  const int64_t j = blockIdx.x * int64_t{kColumnTile} + threadIdx.x;
+  const int64_t chunk = blockIdx.y, first = chunk * rows_per_chunk;
+  const int64_t last = first + rows_per_chunk < a.n ? first + rows_per_chunk : a.n;
+  double acc_w = 0.0, acc_b = 0.0;
+  if (j < a.m) {
+    for (int64_t i = first + threadIdx.y; i < last; i += kColumnRows) {
+      const float dy = a.dy[i * a.m + j];
+      const float xhat = xhat_of(a, a.x[i * a.m + j], a.centered ? a.mean[i] : 0.0f, a.rstd[i]);
+      acc_w += static_cast<double>(dy * xhat);  // the f32 product, as the CPU's
+      acc_b += static_cast<double>(dy);
+    }
+  }
+  sums[0][threadIdx.y][threadIdx.x] = acc_w;
+  sums[1][threadIdx.y][threadIdx.x] = acc_b;
+  __syncthreads();
+  for (int half = kColumnRows / 2; half > 0; half /= 2) {
+    if (threadIdx.y < half) {
+      sums[0][threadIdx.y][threadIdx.x] += sums[0][threadIdx.y + half][threadIdx.x];
+      sums[1][threadIdx.y][threadIdx.x] += sums[1][threadIdx.y + half][threadIdx.x];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && j < a.m) {
+    if (partial_w) partial_w[chunk * a.m + j] = sums[0][0][threadIdx.x];
+    if (partial_b) partial_b[chunk * a.m + j] = sums[1][0][threadIdx.x];
+  }
+}
+
+// out (m,) = the chunks' partial sums (chunks, m) added in chunk order, rounded to f32.
+__global__ void sum_chunks_kernel(const double* partial, int64_t chunks, int64_t m, float* out) {
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < m; j += int64_t{gridDim.x} * blockDim.x) {
+    double acc = 0.0;
+    for (int64_t c = 0; c < chunks; ++c) acc += partial[c * m + j];
+    out[j] = static_cast<float>(acc);
+  }
+}
+
+// y = x * m(word), one thread per block of four elements (Note [dropout stream] in ops/fused/dropout.cpp).
+template <class T>
+__global__ void dropout_kernel(const T* x, T* y, int64_t n, uint64_t seed, uint64_t offset, uint64_t threshold,
+                               T scale) {
+  const int64_t groups = n / 4 + (n % 4 != 0);
+  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < groups; q += int64_t{gridDim.x} * blockDim.x) {
+    const kernels::PhiloxBlock r = kernels::philox_block(seed, offset + static_cast<uint64_t>(q));
+    for (int k = 0; k < 4; ++k) {
+      const int64_t i = 4 * q + k;
+      if (i < n) y[i] = x[i] * kernels::dropout_multiplier(r.w[k], threshold, scale);
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------
+// kernel launchers
+
+const char* norm_name(kernels::Norm kind) { return kind == kernels::Norm::layer ? "layer_norm" : "rms_norm"; }
+
+template <class T>
+const T* cdata_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.raw_data()) : nullptr;
+}
+template <class T>
+T* mdata_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.raw_data()) : nullptr;
+}
+
+template <class T>
+NormRows<T> rows_of(kernels::Norm kind, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& b,
+                    const Tensor& out, const Tensor& mean, const Tensor& rstd, double eps) {
+  const int64_t m = x.shape()[x.ndim() - 1];
+  return {cdata<T>(x), cdata_or_null<T>(dy), cdata_or_null<T>(w), cdata_or_null<T>(b), mdata_or_null<T>(out),
+          mdata_or_null<T>(mean), mdata<T>(rstd), m == 0 ? 0 : x.numel() / m, m, eps, kind == kernels::Norm::layer};
+}
+
+unsigned warp_row_blocks(int64_t rows) { return blocks_for(rows * kNormWarp); }
+
+}  // namespace
+
+void norm_rows(kernels::Norm kind, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+               Tensor& mean, Tensor& rstd) {
+  DeviceContext& ctx = context(x);
+  dispatch_float(norm_name(kind), x.dtype(), [&]<class T>() {
+    const NormRows<T> a = rows_of<T>(kind, x, Tensor(), weight, bias, y, mean, rstd, eps);
+    if (a.n == 0) return;
+    if constexpr (std::is_same_v<T, double>) {
+      norm_forward_f64_kernel<<<blocks_for(a.n, 64), 64, 0, ctx.stream>>>(a, ctx.error_site(norm_name(kind), 0, 0));
+    } else {
+      norm_forward_f32_kernel<<<warp_row_blocks(a.n), kBlock, 0, ctx.stream>>>(a);
+    }
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void norm_rows_backward(kernels::Norm kind, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                        const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  DeviceContext& ctx = context(x);
+  dispatch_float(norm_name(kind), x.dtype(), [&]<class T>() {
+    const NormRows<T> a = rows_of<T>(kind, x, dy, weight, Tensor(), dx, mean, rstd, 0.0);
+    if (a.n == 0) {  // no rows: the sums over rows are zeros
+      if (dweight.defined()) dweight.zero_();
+      if (dbias.defined()) dbias.zero_();
+      return;
+    }
+    if constexpr (std::is_same_v<T, double>) {
+      Tensor prod;
+      if (dweight.defined()) prod = Tensor::empty(Shape{a.n, a.m}, DType::f64, x.device());
+      if (dx.defined() || prod.defined()) {
+        norm_backward_f64_kernel<<<blocks_for(a.n, 64), 64, 0, ctx.stream>>>(a, mdata_or_null<double>(prod),
+                                                                             ctx.error_site(norm_name(kind), 0, 0));
+        TG_CUDA_CHECK_LAUNCH();
+      }
+      if (dweight.defined()) sum_rows(prod, dweight);
+      if (dbias.defined()) sum_rows(dy.reshape(Shape{a.n, a.m}), dbias);
+    } else {
+      if (dx.defined()) {
+        norm_backward_f32_kernel<<<warp_row_blocks(a.n), kBlock, 0, ctx.stream>>>(a);
+        TG_CUDA_CHECK_LAUNCH();
+      }
+      if (!dweight.defined() && !dbias.defined()) return;
+      const int64_t rows_per_chunk = std::max<int64_t>(64, (a.n + 65534) / 65535);  // gridDim.y <= 65535
+      const int64_t chunks = (a.n + rows_per_chunk - 1) / rows_per_chunk;
+      const int64_t tiles = (a.m + kColumnTile - 1) / kColumnTile;
+      TG_CHECK(tiles <= 0x7fffffff, "[norm] columns fit a grid");
+      Tensor partial = Tensor::empty(Shape{dweight.defined() && dbias.defined() ? 2 * chunks : chunks, a.m},
+                                     DType::f64, x.device());
+      double* partial_w = dweight.defined() ? mdata<double>(partial) : nullptr;
+      double* partial_b = dbias.defined() ? mdata<double>(partial) + (partial_w ? chunks * a.m : 0) : nullptr;
+      const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)), block(kColumnTile, kColumnRows);
+      norm_columns_f32_kernel<<<grid, block, 0, ctx.stream>>>(a, rows_per_chunk, partial_w, partial_b);
+      TG_CUDA_CHECK_LAUNCH();
+      if (partial_w) {
+        sum_chunks_kernel<<<blocks_for(a.m), kBlock, 0, ctx.stream>>>(partial_w, chunks, a.m, mdata<float>(dweight));
+        TG_CUDA_CHECK_LAUNCH();
+      }
+      if (partial_b) {
+        sum_chunks_kernel<<<blocks_for(a.m), kBlock, 0, ctx.stream>>>(partial_b, chunks, a.m, mdata<float>(dbias));
+        TG_CUDA_CHECK_LAUNCH();
+      }
+    }
+  });
+}
+
+void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& y) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const uint64_t threshold = kernels::dropout_threshold(p);
+  const int64_t groups = n / 4 + (n % 4 != 0);
+  dispatch_float("dropout", x.dtype(), [&]<class T>() {
+    const T scale = p < 1.0 ? static_cast<T>(1.0 / (1.0 - p)) : T(0);
+    dropout_kernel<T><<<blocks_for(groups), kBlock, 0, stream_for(x)>>>(cdata<T>(x), mdata<T>(y), n, seed, offset,
+                                                                         threshold, scale);
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace tapegrad::cuda

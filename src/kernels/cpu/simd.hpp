@@ -1,0 +1,90 @@
+// The vector paths of the f32 CPU kernels whose reference loops are too slow one element at a time
+// (bob's update: AdamW, the softmax and cross-entropy rows, the gather backward's row adds), and
+// the choice among them at run time.
+//
+// Rule: every path gives its kernel's reference-loop bits on every input: the same IEEE
+// operations in the same order, lane by lane (no fused multiply-add where the loop has none, no
+// reassociation, no approximate reciprocals), or an order the notes of simd_paths.inc prove
+// gives the same result. Each function handles whole vectors and returns how many elements it
+// did (the caller's reference loop does the rest), or says it could not (false) so that the
+// caller runs its loop.
+//
+// Note [cpu paths]
+// The paths are written once (simd_paths.inc) and compiled twice, for AVX2 with FMA and for
+// AVX-512F, by function attributes: the library holds both whatever -march it was built with,
+// and runs on any x86-64. The path is chosen once per process: TAPEGRAD_CPU_PATH=scalar, avx2 or
+// avx512 forces one (an error when the CPU lacks it), unset takes the best the CPU has.
+// set_path changes it at run time (tests, benchmarks). The scalar path runs the reference
+// loops alone, as every path does in an AddressSanitizer build or on a CPU other than x86-64.
+// Since every path gives the same bits, the choice changes only the time a kernel takes.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "tapegrad/kernels/kernels.hpp"
+
+namespace tapegrad::cpu::simd {
+
+enum class Path : int { scalar = 0, avx2 = 1, avx512 = 2 };
+inline constexpr Path all_paths[] = {Path::scalar, Path::avx2, Path::avx512};
+
+const char* name(Path p);       // "scalar", "avx2", "avx512"
+bool supported(Path p);         // this CPU has it, and this build runs vector paths
+std::string missing(Path p);    // why not, when not supported
+Path best();                    // the widest supported path
+Path active();                  // TAPEGRAD_CPU_PATH, or best() (Note [cpu paths])
+void set_path(Path p);          // throws when !supported(p)
+
+// One path's kernels. A function that cannot do a row returns 0 (or false) and leaves it to the
+// caller's reference loop, as the scalar path does always.
+struct Kernels {
+  Path path;
+  int lanes;  // f32 elements per vector (1 on the scalar path)
+  // The AdamW update of docs/bob.md, "Learner", over n elements (cpu::adamw_step's loop).
+  int64_t (*adamw_step)(float* w, const float* g, float* m, float* v, int64_t n, const kernels::AdamWScalars& s);
+  // w[j] = w[j] * s (AdamW's decay alone, on a block known to take the zero fast path).
+  int64_t (*scale_in_place)(float* w, int64_t n, float s);
+  // Whether every bit of a[0..n) and b[0..n) is clear (all n elements, the tail included).
+  bool (*all_zero_bits)(const float* a, const float* b, int64_t n);
+  // d[j] = (p[j] * s) * g when multiply, else (p[j] / s) * g (the cross-entropy backward's rows).
+  int64_t (*scale_row)(const float* p, float* d, int64_t n, float s, bool multiply, float g);
+  // o[j] = o[j] + s[j] (the gather backward's row adds).
+  int64_t (*add_row)(float* o, const float* s, int64_t n);
+  // o[j] = 0 + s[j] (a row's first addition into a zero gradient: +0 + -0 is +0, as the add gives).
+  int64_t (*zero_plus_row)(float* o, const float* s, int64_t n);
+  // The largest of x[0..n) into *top when no x is NaN (and n is at least a vector); else false.
+  // Between +0 and -0 it may pick the other zero than a left-to-right loop would (Note [softmax
+  // max] in rows.cpp).
+  bool (*row_max)(const float* x, int64_t n, float* top);
+  // y[j] = scalar_exp(x[j] - top) (Note [vectorized expf]); use only where reproduces() holds.
+  int64_t (*exp_row)(const float* x, float top, float* y, int64_t n, float (*scalar_exp)(float));
+  // The left-to-right double sum of y[0..m) when Note [exact f32 sums] proves any order gives it.
+  bool (*sum_if_exact)(const float* y, int64_t m, double* total);
+  // The left-to-right double sum of y[0..m), always (Note [block sums]).
+  double (*sum_blocks)(const float* y, int64_t m);
+  // y[j] = (float)(y[j] / total) (Note [division by the total]).
+  int64_t (*divide_row)(float* y, int64_t m, double total);
+};
+
+const Kernels& kernels_of(Path p);  // p's kernels (the scalar ones where p is not built)
+inline const Kernels& active_kernels() { return kernels_of(active()); }
+
+// Whether k.exp_row gives scalar_exp's bits on a sample of 4,096 inputs spread over the shifted
+// logits' range (Note [vectorized expf]); false on the scalar path.
+bool reproduces(const Kernels& k, float (*scalar_exp)(float));
+
+// Note [adamw zero fast path]
+// An element whose gradient, m and v are all +0 (a table row no input touched yet, the common
+// case for an embedding) gets m = beta1*0 + (1-beta1)*0 = +0, v = +0 and
+// w = w*decay - step_size*(0 / (sqrt(0)/bc2_sqrt + eps)) = w*decay - (+0) = w*decay, bit for bit,
+// whenever beta1 and beta2 are finite, eps > 0, bc2_sqrt > 0 and step_size is finite and >= 0
+// (then 0/bc2_sqrt = +0, 0/eps = +0, step_size * +0 = +0, and x - (+0) = x for every x, -0 and
+// NaN included). A vector of such elements therefore only needs w *= decay; m and v stay.
+inline bool adamw_zero_fast_path_exact(const kernels::AdamWScalars& s) {
+  return std::isfinite(s.beta1) && std::isfinite(s.beta2) && s.eps > 0 && s.bc2_sqrt > 0 &&
+         std::isfinite(s.step_size) && s.step_size >= 0;
+}
+
+}  // namespace tapegrad::cpu::simd

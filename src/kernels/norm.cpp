@@ -1,0 +1,57 @@
+// The normalisation and dropout facades (kernels.hpp): dispatch on the tensors' device to cpu::
+// (cpu/norm.cpp) or cuda:: (src/cuda/norm.cu).
+#include "tapegrad/config.hpp"
+#include "tapegrad/kernels/cpu/cpu_kernels.hpp"
+#include "tapegrad/kernels/kernels.hpp"
+#if TAPEGRAD_WITH_CUDA
+#include "tapegrad/cuda/cuda_kernels.hpp"
+#endif
+
+namespace tapegrad::kernels {
+
+namespace {
+
+const char* norm_name(Norm kind) { return kind == Norm::layer ? "layer_norm" : "rms_norm"; }
+
+// Whether the one device of the defined tensors is a CUDA device; an error naming op without CUDA.
+bool on_cuda(const char* op, std::initializer_list<const Tensor*> tensors) {
+  if (!common_device(op, tensors).is_cuda()) return false;
+#if !TAPEGRAD_WITH_CUDA
+  throw DeviceError(std::string("[") + op + "] this tapegrad was built without CUDA");
+#endif
+  return true;
+}
+
+}  // namespace
+
+#if TAPEGRAD_WITH_CUDA
+#define TG_NORM_CALL(on_device, call) \
+  do {                                \
+    if (on_device) return cuda::call; \
+    return cpu::call;                 \
+  } while (0)
+#else
+#define TG_NORM_CALL(on_device, call) \
+  do {                                \
+    (void)(on_device);                \
+    return cpu::call;                 \
+  } while (0)
+#endif
+
+void norm_rows(Norm kind, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
+               Tensor& mean, Tensor& rstd) {
+  TG_NORM_CALL(on_cuda(norm_name(kind), {&x, &weight, &bias, &y, &mean, &rstd}),
+               norm_rows(kind, x, weight, bias, eps, y, mean, rstd));
+}
+
+void norm_rows_backward(Norm kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+  TG_NORM_CALL(on_cuda(norm_name(kind), {&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias}),
+               norm_rows_backward(kind, dy, x, weight, mean, rstd, dx, dweight, dbias));
+}
+
+void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& y) {
+  TG_NORM_CALL(on_cuda("dropout", {&x, &y}), dropout(x, p, seed, offset, y));
+}
+
+}  // namespace tapegrad::kernels

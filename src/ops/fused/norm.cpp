@@ -1,0 +1,111 @@
+// layer_norm and rms_norm (norm.hpp): forward and backward together.
+//
+// Per row of C values (the last axis), with mean and rstd saved by the forward:
+//   layer_norm: mean = sum(x) / C, var = sum((x - mean)^2) / C, rstd = 1 / sqrt(var + eps),
+//               xhat = (x - mean) * rstd, y = xhat * w + b
+//   rms_norm:   rstd = 1 / sqrt(sum(x^2) / C + eps), xhat = x * rstd, y = xhat * w
+// Backward, with g = dy * w (g = dy without a weight) and means taken over the row:
+//   layer_norm: dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+//   rms_norm:   dx = rstd * (g - xhat * mean(g * xhat))
+//   dw = sum over rows of dy * xhat,  db = sum over rows of dy
+// (d xhat_j / d x_k = rstd * ([j == k] - 1/C - xhat_j * xhat_k / C) for layer_norm, without the
+// 1/C term for rms_norm; dx is g times that Jacobian.) Note [norm arithmetic] in
+// src/kernels/cpu/norm.cpp gives the order of every sum.
+#include "tapegrad/ops/fused/norm.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include "tapegrad/ops/common.hpp"
+
+namespace tapegrad::ops {
+
+using namespace detail;
+
+namespace {
+
+using kernels::Norm;
+
+const char* op_name(Norm kind) { return kind == Norm::layer ? "layer_norm" : "rms_norm"; }
+
+// The graph of x, w and b (the defined ones), after checking them; sets *c to C.
+Graph& checked_graph(Norm kind, const Var& x, const Var& weight, const Var& bias, double eps, int64_t* c) {
+  const char* op = op_name(kind);
+  Graph& g = graph_of(op, {x});
+  const Tensor& v = x.value();
+  need_float(op, "x", v);
+  if (v.ndim() == 0) throw Error(std::string("[") + op + "] x must have at least 1 dimension, got shape ()");
+  *c = v.dim(v.ndim() - 1);
+  if (*c == 0)
+    throw Error(std::string("[") + op + "] the last axis of x " + v.shape().str() + " is empty: nothing to normalise");
+  for (const auto& [what, p] : {std::pair<const char*, const Var*>{"weight", &weight}, {"bias", &bias}}) {
+    if (!p->defined()) continue;
+    graph_of(op, {x, *p});
+    const Tensor& t = p->value();
+    if (t.ndim() != 1 || t.dim(0) != *c)
+      throw Error(std::string("[") + op + "] " + what + " " + t.shape().str() + " does not match the last axis of x " +
+                  v.shape().str());
+    same_dtype(op, v, t);
+  }
+  if (!(std::isfinite(eps) && eps >= 0)) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", eps);
+    throw Error(std::string("[") + op + "] eps must be a finite number >= 0, got " + buf);
+  }
+  return g;
+}
+
+// The inputs are x, then the weight when there is one, then the bias when there is one.
+template <Norm K, bool W, bool B>
+void norm_backward(BackwardContext& ctx) {
+  constexpr int kWeight = 1, kBias = W ? 2 : 1;
+  const Tensor& x = ctx.input(0);
+  Tensor dx, dweight, dbias, weight;
+  if (ctx.needs_grad(0)) dx = like(x);
+  if constexpr (W) {
+    weight = ctx.input(kWeight);
+    if (ctx.needs_grad(kWeight)) dweight = like(weight);
+  }
+  if constexpr (B)
+    if (ctx.needs_grad(kBias)) dbias = like(ctx.input(kBias));
+  const Tensor mean = K == Norm::layer ? ctx.saved(0) : Tensor();
+  const Tensor& rstd = ctx.saved(K == Norm::layer ? 1 : 0);
+  kernels::norm_rows_backward(K, ctx.grad_output(), x, weight, mean, rstd, dx, dweight, dbias);
+  if (dx.defined()) ctx.accumulate(0, dx);
+  if (dweight.defined()) ctx.accumulate(kWeight, dweight);
+  if (dbias.defined()) ctx.accumulate(kBias, dbias);
+}
+
+template <Norm K>
+BackwardFn backward_for(bool w, bool b) {
+  if constexpr (K == Norm::rms) return w ? norm_backward<K, true, false> : norm_backward<K, false, false>;
+  else if (w) return b ? norm_backward<K, true, true> : norm_backward<K, true, false>;
+  else return b ? norm_backward<K, false, true> : norm_backward<K, false, false>;
+}
+
+template <Norm K>
+Var norm(Var x, Var weight, Var bias, double eps) {
+  int64_t c = 0;
+  Graph& g = checked_graph(K, x, weight, bias, eps, &c);
+  const Tensor& v = x.value();
+  const Shape rows{v.numel() / c};
+  Tensor y = like(v), mean, rstd = empty_on(rows, v);
+  if (K == Norm::layer) mean = empty_on(rows, v);
+  const Tensor w = weight.defined() ? weight.value() : Tensor(), b = bias.defined() ? bias.value() : Tensor();
+  kernels::norm_rows(K, v, w, b, eps, y, mean, rstd);
+  const BackwardFn rule = backward_for<K>(weight.defined(), bias.defined());
+  std::array<Tensor, 2> saved = K == Norm::layer ? std::array<Tensor, 2>{mean, rstd} : std::array<Tensor, 2>{rstd, Tensor()};
+  const char* op = op_name(K);
+  if (weight.defined() && bias.defined()) return g.record(op, std::move(y), {x, weight, bias}, rule, std::move(saved));
+  if (weight.defined()) return g.record(op, std::move(y), {x, weight}, rule, std::move(saved));
+  if (bias.defined()) return g.record(op, std::move(y), {x, bias}, rule, std::move(saved));
+  return g.record(op, std::move(y), {x}, rule, std::move(saved));
+}
+
+}  // namespace
+
+Var layer_norm(Var x, Var weight, Var bias, double eps) { return norm<Norm::layer>(x, weight, bias, eps); }
+
+Var rms_norm(Var x, Var weight, double eps) { return norm<Norm::rms>(x, weight, Var(), eps); }
+
+}  // namespace tapegrad::ops

@@ -1,0 +1,21 @@
+// Fused normalisation over the last axis: one node each, whose forward makes a row's statistics
+// and outputs in one pass over it and whose backward makes a row's dx in one pass, plus the sums
+// over rows for the weight's and the bias's gradients (src/kernels/cpu/norm.cpp, src/cuda/norm.cu).
+//
+//   layer_norm(x (..., C), weight (C,), bias (C,), eps) -> (..., C)   (PyTorch's layer_norm over C)
+//   rms_norm(x (..., C), weight (C,), eps) -> (..., C)                (PyTorch's rms_norm over C)
+//
+// weight and bias may be undefined Vars (Var{}): no affine scale (elementwise_affine=False) or no
+// bias (bias=False). The derivatives are in norm.cpp and in the derivatives table.
+#pragma once
+
+#include "tapegrad/graph/graph.hpp"
+
+namespace tapegrad::ops {
+
+Var layer_norm(Var x, Var weight = {}, Var bias = {}, double eps = 1e-5);
+// eps defaults to 1e-6 (LLaMA's), the same for f32 and f64; PyTorch's rms_norm defaults to the
+// dtype's machine epsilon: pass it explicitly to match that.
+Var rms_norm(Var x, Var weight = {}, double eps = 1e-6);
+
+}  // namespace tapegrad::ops

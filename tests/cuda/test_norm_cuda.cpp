@@ -1,0 +1,134 @@
+// tests/cuda, normalisation and dropout: CUDA's kernels against the CPU's on fresh random inputs.
+// dropout draws the CPU's mask (the same Philox words) and gives its bits; f64 layer_norm and
+// rms_norm give the CPU's bits (correctly rounded sums on both); f32 within f32's rounding.
+// (The op-case table's CUDA test in test_cuda.cpp runs these ops through the engine as well.)
+// Tests named "[gpu] ..." need a device and SKIP without one (tests/needs.hpp).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+#include "needs.hpp"
+#include "tapegrad/cuda/cuda.hpp"
+#include "tapegrad/graph/graph.hpp"
+#include "tapegrad/kernels/kernels.hpp"
+#include "tapegrad/ops/ops.hpp"
+
+using namespace tapegrad;
+
+namespace {
+
+const Device kGpu = Device::cuda(0);
+const Device kCpu = Device::cpu();
+std::mt19937_64 rng;
+
+Tensor random(const Shape& s, DType t, double lo = -2.0, double hi = 2.0) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> v(static_cast<size_t>(s.numel()));
+  for (double& x : v) x = u(rng);
+  return Tensor::from_doubles(v, s, t);
+}
+
+// The same bits in every cell (each widened to double, which keeps f32's bits apart)
+void same_bits(const Tensor& cpu, const Tensor& gpu, const std::string& what) {
+  const std::vector<double> a = cpu.to_doubles(), b = gpu.to(kCpu).to_doubles();
+  REQUIRE(a.size() == b.size());
+  size_t first = 0;
+  while (first < a.size() && std::bit_cast<uint64_t>(a[first]) == std::bit_cast<uint64_t>(b[first])) ++first;
+  CHECK_MESSAGE(first == a.size(), what << ": the first difference is element " << first << ": cpu "
+                                        << (first < a.size() ? a[first] : 0.0) << ", cuda " << (first < a.size() ? b[first] : 0.0));
+}
+
+// ||gpu - cpu|| <= tol * ||cpu||, and every cell finite where the CPU's is
+void close(const Tensor& cpu, const Tensor& gpu, double tol, const std::string& what) {
+  INFO(what);
+  const std::vector<double> a = cpu.to_doubles(), b = gpu.to(kCpu).to_doubles();
+  REQUIRE(a.size() == b.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(std::isfinite(a[i]) == std::isfinite(b[i]));
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += a[i] * a[i];
+  }
+  CHECK(std::sqrt(diff) <= tol * std::sqrt(norm));
+}
+
+}  // namespace
+
+TEST_CASE("[gpu] dropout draws the CPU's mask on CUDA, bit for bit, forward and backward") {
+  for (DType t : {DType::f32, DType::f64}) {
+    for (int64_t n : {1, 3, 4, 4097, 1000003}) {
+      for (double p : {0.1, 0.5, 0.9}) {
+        const std::string what = std::string(dtype_name(t)) + " n=" + std::to_string(n) + " p=" + std::to_string(p);
+        const Tensor x = random({n}, t), dy = random({n}, t);
+        auto run = [&](Device device) {
+          Graph g;
+          Generator gen(0x5eed + static_cast<uint64_t>(n));
+          (void)gen.take(11);  // an offset that is not 0
+          Var xv = g.parameter(x.to(device));
+          Var y = ops::dropout(xv, p, gen);
+          g.backward(ops::sum(ops::mul(y, g.input(dy.to(device)))));
+          return std::vector<Tensor>{y.value(), xv.grad()};
+        };
+        const std::vector<Tensor> cpu = run(kCpu), gpu = run(kGpu);
+        same_bits(cpu[0], gpu[0], what + " forward");
+        same_bits(cpu[1], gpu[1], what + " backward");
+      }
+    }
+  }
+}
+
+TEST_CASE("[gpu] layer_norm and rms_norm kernels: f64 the CPU's bits, f32 within f32's rounding") {
+  struct Rows {
+    int64_t n, c;
+  };
+  // one row of one; warps' strided columns with a tail; many rows (several column chunks); wide rows
+  for (const Rows r : {Rows{7, 1}, Rows{33, 45}, Rows{5000, 96}, Rows{40, 3000}}) {
+    for (DType t : {DType::f64, DType::f32}) {
+      for (kernels::Norm kind : {kernels::Norm::layer, kernels::Norm::rms}) {
+        for (int affine = 0; affine < 4; ++affine) {  // bit 0: weight, bit 1: bias (layer_norm only)
+          if (kind == kernels::Norm::rms && (affine & 2)) continue;
+          const std::string what = std::string(kind == kernels::Norm::layer ? "layer_norm " : "rms_norm ") +
+                                   dtype_name(t) + " (" + std::to_string(r.n) + ", " + std::to_string(r.c) +
+                                   ") affine " + std::to_string(affine);
+          const Tensor x = random({r.n, r.c}, t, -3.0, 5.0), dy = random({r.n, r.c}, t);
+          const Tensor w = affine & 1 ? random({r.c}, t) : Tensor(), b = affine & 2 ? random({r.c}, t) : Tensor();
+          auto run = [&](Device device) {
+            auto on = [&](const Tensor& v) { return v.defined() ? v.to(device) : Tensor(); };
+            Tensor y = Tensor::empty(x.shape(), t, device), rstd = Tensor::empty({r.n}, t, device);
+            Tensor mean = kind == kernels::Norm::layer ? Tensor::empty({r.n}, t, device) : Tensor();
+            kernels::norm_rows(kind, on(x), on(w), on(b), 1e-5, y, mean, rstd);
+            Tensor dx = Tensor::empty(x.shape(), t, device), db = b.defined() ? Tensor::empty({r.c}, t, device) : Tensor();
+            Tensor dw = w.defined() ? Tensor::empty({r.c}, t, device) : Tensor();
+            kernels::norm_rows_backward(kind, on(dy), on(x), on(w), mean, rstd, dx, dw, db);
+            return std::vector<Tensor>{y, mean, rstd, dx, dw, db};
+          };
+          const std::vector<Tensor> cpu = run(kCpu), gpu = run(kGpu);
+          const char* names[] = {"y", "mean", "rstd", "dx", "dweight", "dbias"};
+          for (size_t k = 0; k < cpu.size(); ++k) {
+            if (!cpu[k].defined()) continue;
+            if (t == DType::f64) same_bits(cpu[k], gpu[k], what + " " + names[k]);
+            else close(cpu[k], gpu[k], 1e-6, what + " " + names[k]);
+          }
+        }
+      }
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  const bool device = cuda::device_count() > 0;
+  if (device) {
+    const char* env = std::getenv("TAPEGRAD_TEST_SEED");
+    const uint64_t seed = env ? std::strtoull(env, nullptr, 10) : std::random_device{}();
+    std::printf("test_norm_cuda: random seed %llu (TAPEGRAD_TEST_SEED=%llu repeats this run)\n",
+                static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
+    rng.seed(seed);
+  }
+  return tapegrad::testing::run_tests(argc, argv, "test_norm_cuda",
+                                      {{"gpu", device, "no CUDA device (" + cuda::no_device_reason() + ")"}});
+}
