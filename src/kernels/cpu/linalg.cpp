@@ -46,9 +46,9 @@ T row_sum(const T* x, size_t n, size_t stride) {
 // its small-matrix kernels are chosen by a call's sizes. So the tiles depend on the product's
 // shape alone, each tile is the same BLAS call whichever thread runs it, and a product gives the
 // same bits with 1 thread or 64. The cost is a tile's packing of its own panels of a and b: tiles
-// are at least 128 rows by the whole of m up to 1024 columns, and products below 2^22
-// multiply-adds are one tile (docs/perf.md, "CPU matrix products", has what it costs against
-// OpenBLAS's own threads).
+// are at least 128 rows (512 where b's panel is large) by the whole of m up to 1024 columns, and
+// products below 2^22 multiply-adds are one tile (docs/perf.md, "CPU matrix products", has what
+// it costs against OpenBLAS's own threads).
 
 namespace {
 
@@ -77,14 +77,20 @@ struct Tiling {
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-Tiling tiling_of(const kernels::MatmulPlan& p) {
-  constexpr int64_t kTileRows = 256, kTileCols = 1024;
+Tiling tiling_of(const kernels::MatmulPlan& p, int64_t element_bytes) {
+  constexpr int64_t kTileCols = 1024;
   const double macs = static_cast<double>(p.n) * static_cast<double>(p.m) * static_cast<double>(p.k);
   if (macs < 4194304.0) return {p.n, p.m, 1, 1};
-  // rows: halves from 256 rows, blocks of 256 from 512; columns: blocks of up to 1024
-  const int64_t want_rows = p.n < kTileRows ? 1 : p.n < 2 * kTileRows ? 2 : (p.n + kTileRows - 1) / kTileRows;
+  // columns: blocks of up to 1024. Rows: every tile packs its own panel of b (k x its columns), so
+  // tiles take 512 rows where that panel passes 1 MiB (about half a core's L2), else 256; below
+  // twice that, two tiles from 256 rows on (128 rows at least).
   const int64_t want_cols = (p.m + kTileCols - 1) / kTileCols;
-  const int64_t rows = round_up((p.n + want_rows - 1) / want_rows, 16), cols = round_up((p.m + want_cols - 1) / want_cols, 16);
+  const int64_t cols = round_up((p.m + want_cols - 1) / want_cols, 16);
+  const bool big_panel = static_cast<double>(p.k) * static_cast<double>(std::min(cols, p.m)) *
+                             static_cast<double>(element_bytes) > 1048576.0;
+  const int64_t tile_rows = big_panel ? 512 : 256;
+  const int64_t want_rows = p.n < 256 ? 1 : p.n < 2 * tile_rows ? 2 : (p.n + tile_rows - 1) / tile_rows;
+  const int64_t rows = round_up((p.n + want_rows - 1) / want_rows, 16);
   return {rows, cols, (p.n + rows - 1) / rows, (p.m + cols - 1) / cols};
 }
 
@@ -129,7 +135,7 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
     axes.axis[static_cast<size_t>(axes.count++)] = static_cast<size_t>(i);
     axes.products *= p.size[static_cast<size_t>(i)];
   }
-  const Tiling tiles = tiling_of(p);
+  const Tiling tiles = tiling_of(p, static_cast<int64_t>(dtype_size(a.dtype())));
   // Items: (out matrix, tile) pairs, each summing its products over `summed` in order. About 2^18
   // multiply-adds a chunk, from 2^20 in all.
   const int64_t items = kept.products * tiles.count();
