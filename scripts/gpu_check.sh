@@ -8,7 +8,9 @@
 #
 # `run` does, in order: tests/cuda (test_cuda); tiny_step on the CPU and on CUDA for the shipped
 # trace, --overwrite-bug and every fixture config, comparing the two byte for byte and each with
-# its expected file; bench/cuda_bench and the PyTorch baseline (bench/cuda_torch_baseline.py);
+# its expected file; bench/cuda_bench and the PyTorch baseline (bench/cuda_torch_baseline.py); the
+# N-d kernels' bandwidth (bench/nd_cuda_bench) and PyTorch's (bench/nd_torch.py); bench/attention_bench
+# against PyTorch's attention (bench/attention_torch.py);
 # test_cuda once more under compute-sanitizer memcheck. It ends with a short table; full logs go
 # to $OUT (the device tool brings them back) or ./gpu-check-logs. Exit status 0 when all passed.
 set -uo pipefail
@@ -20,7 +22,7 @@ prepare() {
   if [[ ! -f $build/build.ninja ]]; then meson setup "$build" -Dcuda=enabled || exit 1; fi
   scripts/stale_cuda_objects.sh "$build"
   ninja -C "$build" tests/cuda/test_cuda tests/value_embed/test_value_embed_cuda apps/tiny_step apps/bob \
-    bench/cuda_bench || exit 1
+    bench/cuda_bench bench/nd_cuda_bench bench/attention_bench || exit 1
   mkdir -p .device/lib
   cp -L "$(ldd "$build/libtapegrad.so" | awk '/libsimdjson/ {print $3}')" .device/lib/ || exit 1
   du -sh "$build" .device | sed 's/^/carry: /'
@@ -187,6 +189,12 @@ PY
   TAPEGRAD_CUDA_CHAINED=0 timeout 90 "$build/bench/cuda_bench" 1000 2>&1 | grep -E "bob update|in a graph" |
     sed 's/^| /| (plain) /' | tee -a "$logs/bench.txt"
   timeout 120 python3 bench/cuda_torch_baseline.py 1000 2>&1 | tee -a "$logs/bench.txt"
+  # the N-d kernels' bandwidth against a device copy, then PyTorch's on the same ops
+  timeout 120 "$build/bench/nd_cuda_bench" 2>&1 | tee -a "$logs/bench.txt"
+  timeout 120 python3 bench/nd_torch.py 2>&1 | tee -a "$logs/bench.txt"
+  # the fused attention against PyTorch's scaled_dot_product_attention, (8, 16, 1024, 64)
+  timeout 120 "$build/bench/attention_bench" 20 2>&1 | tee -a "$logs/bench.txt"
+  timeout 150 python3 bench/attention_torch.py 20 2>&1 | tee -a "$logs/bench.txt"
   note "benchmarks" INFO "see the table above ($logs/bench.txt)"
 
   # 4. memcheck over the GPU test suite, less the test whose 1 PiB cudaMalloc fails on purpose

@@ -20,3 +20,6 @@
 #include "tapegrad/ops/ops.hpp"
 #include "tapegrad/optim/adamw.hpp"
 #include "tapegrad/optim/sgd.hpp"
+// optimizers' schedules and gradient transforms
+#include "tapegrad/optim/clip.hpp"
+#include "tapegrad/optim/schedule.hpp"

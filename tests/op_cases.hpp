@@ -8,12 +8,14 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "tapegrad/graph/graph.hpp"
 #include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
+#include "tapegrad/ops/fused/attention.hpp"
 #include "tapegrad/ops/op_table.hpp"
 #include "tapegrad/ops/ops.hpp"
 
@@ -69,6 +71,7 @@ inline Built build_case(Graph& g, const OpCase& c, bool large, DType dtype, uint
 inline std::vector<OpCase> op_cases() {
   using V = std::vector<Var>;
   const CaseInput m23{{2, 3}, {300, 211}}, m34{{3, 4}, {257, 129}}, m42{{4, 2}, {129, 140}};
+  const CaseInput table6{{6, 3}, {50, 900}};
   std::vector<OpCase> cases;
 #define TG_UNARY_CASE(op, F)                                                                                    \
   cases.push_back({#op, "", {{{2, 3, 2}, {401, 97}, kernels::F::lo, kernels::F::hi}}, [](const V& v) { \
@@ -79,6 +82,66 @@ inline std::vector<OpCase> op_cases() {
   cases.push_back({"add", "", {m23, m23}, [](const V& v) { return ops::add(v[0], v[1]); }});
   cases.push_back({"sub", "", {m23, m23}, [](const V& v) { return ops::sub(v[0], v[1]); }});
   cases.push_back({"mul", "", {m23, m23}, [](const V& v) { return ops::mul(v[0], v[1]); }});
+  // broadcasting: a row, a column, a scalar, leading axes, both sides at once
+  const CaseInput row3{{3}, {211}}, col2{{2, 1}, {300, 1}}, b213{{2, 1, 3}, {8, 1, 211}}, b41{{4, 1}, {40, 1}};
+  const CaseInput pos23{{2, 3}, {300, 211}, 0.5, 2}, pos3{{3}, {211}, 0.5, 2};
+  cases.push_back({"add", "a row broadcast", {m23, row3}, [](const V& v) { return ops::add(v[0], v[1]); }});
+  cases.push_back({"sub", "both sides broadcast", {b213, b41}, [](const V& v) { return ops::sub(v[0], v[1]); }});
+  cases.push_back({"mul", "a column broadcast", {m23, col2}, [](const V& v) { return ops::mul(v[0], v[1]); }});
+  cases.push_back({"div", "", {m23, pos23}, [](const V& v) { return ops::div(v[0], v[1]); }});
+  cases.push_back({"div", "a row broadcast on the left", {pos3, pos23}, [](const V& v) { return ops::div(v[0], v[1]); }});
+  cases.push_back({"maximum", "", {m23, m23}, [](const V& v) { return ops::maximum(v[0], v[1]); }});
+  cases.push_back({"minimum", "a row broadcast", {m23, row3}, [](const V& v) { return ops::minimum(v[0], v[1]); }});
+  cases.push_back({"pow", "", {pos23, m23}, [](const V& v) { return ops::pow(v[0], v[1]); }});
+  cases.push_back({"pow", "a scalar exponent", {pos23}, [](const V& v) { return ops::pow(v[0], 2.5); }});
+  cases.push_back({"add", "scalars (x * 0.5 + 1, 1 - x, 2 / x)", {pos23},
+                   [](const V& v) { return (v[0] * 0.5 + 1.0) * (1.0 - v[0]) + 2.0 / v[0]; }});
+  cases.push_back({"clamp", "", {m23}, [](const V& v) { return ops::clamp(v[0], -0.5, 0.3); }});
+  const CaseInput mask23{{2, 3}, {300, 211}, 0, 0, 0, 2}, mask3{{3}, {211}, 0, 0, 0, 2};
+  cases.push_back({"where", "", {mask23, m23, row3},
+                   [](const V& v) { return ops::where(ops::to(v[0], DType::u8), v[1], v[2]); }});
+  cases.push_back({"where", "masked_fill with a broadcast mask", {m23, mask3},
+                   [](const V& v) { return ops::masked_fill(v[0], ops::to(v[1], DType::u8), -3.0); }});
+  // reductions along axes
+  const CaseInput m234{{2, 3, 4}, {20, 30, 41}};
+  cases.push_back({"sum_axes", "axis 1", {m234}, [](const V& v) { return ops::sum(v[0], {1}); }});
+  cases.push_back({"sum_axes", "axes 0 and 2, keepdim", {m234}, [](const V& v) { return ops::sum(v[0], {0, -1}, true); }});
+  cases.push_back({"sum_axes", "leading axis (a bias gradient)", {m234}, [](const V& v) { return ops::sum(v[0], {0}); }});
+  cases.push_back({"mean_axes", "last axis", {m234}, [](const V& v) { return ops::mean(v[0], {-1}); }});
+  cases.push_back({"mean_axes", "var over axes 1, 2 (composite)", {m234}, [](const V& v) { return ops::var(v[0], {1, 2}); }});
+  cases.push_back({"max", "axis 1", {m234}, [](const V& v) { return ops::max(v[0], 1); }});
+  cases.push_back({"max", "last axis, keepdim", {m234}, [](const V& v) { return ops::max(v[0], -1, true); }});
+  // softmax family along any axis
+  cases.push_back({"softmax", "axis 1 of 3", {m234}, [](const V& v) { return ops::softmax(v[0], 1); }});
+  cases.push_back({"log_softmax", "", {m234}, [](const V& v) { return ops::log_softmax(v[0]); }});
+  cases.push_back({"log_softmax", "axis 0", {m234}, [](const V& v) { return ops::log_softmax(v[0], 0); }});
+  cases.push_back({"mean_axes", "logsumexp (composite)", {m234}, [](const V& v) { return ops::logsumexp(v[0], 1); }});
+  // shape ops
+  cases.push_back({"permute", "", {m234}, [](const V& v) { return ops::permute(v[0], {2, 0, 1}); }});
+  cases.push_back({"permute", "transpose of two axes", {m234}, [](const V& v) { return ops::transpose(v[0], 0, 2); }});
+  cases.push_back({"broadcast_to", "", {col2}, [](const V& v) {
+                     return ops::broadcast_to(v[0], Shape{3, v[0].shape()[0], 5});
+                   }});
+  cases.push_back({"slice", "", {m234}, [](const V& v) { return ops::slice(v[0], 1, 1, -1); }});
+  cases.push_back({"slice", "split", {m234}, [](const V& v) {
+                     const int64_t n = v[0].shape()[2];
+                     std::vector<Var> parts = ops::split(v[0], {1, n - 1}, 2);
+                     return ops::mul(parts[1], ops::sum(parts[0], {2}, true));
+                   }});
+  cases.push_back({"concat", "three inputs", {m234, m234, m234}, [](const V& v) {
+                     return ops::concat({v[0], ops::tanh(v[1]), v[2]}, 1);
+                   }});
+  cases.push_back({"concat", "stack of four (one input twice)", {m23, m23, m23}, [](const V& v) {
+                     return ops::stack({v[0], v[1], v[0], v[2]}, 1);
+                   }});
+  // indexing
+  const CaseInput ids4{{4}, {300}, 0, 0, 0, 3};
+  cases.push_back({"index_select", "repeated ids", {m234, ids4}, [](const V& v) { return ops::index_select(v[0], 1, v[1]); }});
+  const CaseInput ids2x5{{2, 5}, {300, 7}, 0, 0, 0, 6};
+  cases.push_back({"gather", "embedding of (B, T) ids", {table6, ids2x5}, [](const V& v) { return ops::embedding(v[0], v[1]); }});
+  const CaseInput ids2x3x2{{2, 3, 2}, {20, 30, 9}, 0, 0, 0, 4};
+  cases.push_back({"gather_axis", "last axis", {m234, ids2x3x2}, [](const V& v) { return ops::gather(v[0], 2, v[1]); }});
+  cases.push_back({"where", "tril", {m234}, [](const V& v) { return ops::tril(v[0], 0); }});
   cases.push_back({"mul", "one value twice", {m23}, [](const V& v) { return ops::mul(v[0], v[0]); }});
   cases.push_back({"scale", "", {m23}, [](const V& v) { return ops::scale(v[0], -2.5); }});
   cases.push_back({"matmul", "", {m34, {{4, 2}, {129, 140}}}, [](const V& v) { return ops::matmul(v[0], v[1]); }});
@@ -94,8 +157,14 @@ inline std::vector<OpCase> op_cases() {
                    [](const V& v) { return ops::cross_entropy(v[0], v[1], ops::Reduction::sum); }});
   cases.push_back({"cross_entropy", "none", {logits, targets5},
                    [](const V& v) { return ops::cross_entropy(v[0], v[1], ops::Reduction::none); }});
-  const CaseInput table{{6, 3}, {50, 900}}, ids6{{5}, {400}, 0, 0, 0, 6};
-  cases.push_back({"gather", "repeated ids", {table, ids6}, [](const V& v) { return ops::gather(v[0], v[1]); }});
+  // N-d logits, and an ignored target: the targets' ids run over 0..5, and 5 is the ignore_index
+  const CaseInput logits3{{2, 3, 5}, {6, 50, 257}, -2, 2}, targets6{{2, 3}, {6, 50}, 0, 0, 0, 6};
+  cases.push_back({"cross_entropy", "(B, T, V) logits, ignore_index, mean", {logits3, targets6},
+                   [](const V& v) { return ops::cross_entropy(v[0], v[1], ops::Reduction::mean, 5); }});
+  cases.push_back({"cross_entropy", "(B, T, V) logits, ignore_index, none", {logits3, targets6},
+                   [](const V& v) { return ops::cross_entropy(v[0], v[1], ops::Reduction::none, 5); }});
+  const CaseInput ids6{{5}, {400}, 0, 0, 0, 6};
+  cases.push_back({"gather", "repeated ids", {table6, ids6}, [](const V& v) { return ops::gather(v[0], v[1]); }});
   const CaseInput classes{{6, 5}, {60, 300}, -2, 2}, ids_of{{7}, {500}, 0, 0, 0, 6}, t5{{7}, {500}, 0, 0, 0, 5};
   for (const auto& [name, reduction] : {std::pair{"mean", ops::Reduction::mean}, std::pair{"sum", ops::Reduction::sum},
                                         std::pair{"none", ops::Reduction::none}}) {
@@ -110,6 +179,63 @@ inline std::vector<OpCase> op_cases() {
                      Var h = ops::tanh(ops::add_row(ops::matmul(ops::gather(v[0], v[3]), v[1]), v[2]));
                      return ops::cross_entropy(ops::matmul(h, v[1]), v[4]);
                    }});
+  // ---- images (N, C, H, W): conv2d and the pools (src/ops/conv.cpp)
+  const CaseInput image{{2, 3, 5, 5}, {4, 3, 40, 40}}, odd_image{{2, 2, 6, 5}, {3, 4, 33, 31}};
+  const CaseInput k3{{4, 3, 3, 3}, {8, 3, 3, 3}}, bias4{{4}, {8}}, k1{{5, 3, 1, 1}, {16, 3, 1, 1}}, bias5{{5}, {16}};
+  cases.push_back({"conv2d", "stride 1, padding 0, bias", {image, k3, bias4},
+                   [](const V& v) { return ops::conv2d(v[0], v[1], v[2]); }});
+  cases.push_back({"conv2d", "stride 2, padding 1, bias", {image, k3, bias4},
+                   [](const V& v) { return ops::conv2d(v[0], v[1], v[2], 2, 1); }});
+  cases.push_back({"conv2d", "stride 1, padding 1, no bias", {image, k3},
+                   [](const V& v) { return ops::conv2d(v[0], v[1], Var(), 1, 1); }});
+  cases.push_back({"conv2d", "a 2x3 kernel, stride 2, padding 1, no bias, odd sizes",
+                   {odd_image, {{3, 2, 2, 3}, {6, 4, 2, 3}}},
+                   [](const V& v) { return ops::conv2d(v[0], v[1], Var(), 2, 1); }});
+  cases.push_back({"conv2d", "1x1 kernel, bias", {image, k1, bias5}, [](const V& v) { return ops::conv2d(v[0], v[1], v[2]); }});
+  cases.push_back({"conv2d", "1x1 kernel, stride 2, padding 1, bias", {image, k1, bias5},
+                   [](const V& v) { return ops::conv2d(v[0], v[1], v[2], 2, 1); }});
+  // no gap around 0 for the pools' inputs: values clamped to the gap would tie for a window's max
+  const CaseInput pool_image{{2, 2, 6, 6}, {4, 8, 40, 40}, -1, 1, 0}, odd_pool_image{{2, 3, 7, 5}, {3, 5, 37, 41}, -1, 1, 0};
+  using Pool = Var (*)(Var, int, std::optional<int>, int);
+  for (const auto& [name, pool_op] : {std::pair<const char*, Pool>{"max_pool2d", ops::max_pool2d},
+                                      std::pair<const char*, Pool>{"avg_pool2d", ops::avg_pool2d}}) {
+    const char* op = name;
+    const Pool pool = pool_op;  // a structured binding cannot be captured in clang 14
+    cases.push_back({op, "kernel 2, stride 2 (the default)", {pool_image},
+                     [pool](const V& v) { return pool(v[0], 2, std::nullopt, 0); }});
+    cases.push_back({op, "kernel 3, stride 1: overlapping windows", {odd_pool_image},
+                     [pool](const V& v) { return pool(v[0], 3, 1, 0); }});
+    cases.push_back({op, "kernel 3, stride 2, padding 1: overlapping windows", {odd_pool_image},
+                     [pool](const V& v) { return pool(v[0], 3, 2, 1); }});
+  }
+  cases.push_back({"conv2d", "a small CNN: conv, relu, max pool, conv, avg pool",
+                   {{{2, 2, 8, 8}, {4, 2, 24, 24}}, {{3, 2, 3, 3}, {6, 2, 3, 3}}, {{3}, {6}}, {{2, 3, 3, 3}, {4, 6, 3, 3}}},
+                   [](const V& v) {
+                     Var h = ops::max_pool2d(ops::relu(ops::conv2d(v[0], v[1], v[2], 1, 1)), 2);  // (N, 3, H/2, W/2)
+                     return ops::avg_pool2d(ops::conv2d(h, v[3], Var(), 1, 1), 2, 1);
+                   }});
+  // scaled_dot_product_attention (src/ops/fused/attention.cpp): q, k, v (B, H, T, d); causal and
+  // not, Tq != Tk, an odd head size, T = 1, and one value as q, k and v
+  {
+    using ops::scaled_dot_product_attention;
+    const char* op = "scaled_dot_product_attention";
+    const CaseInput q{{2, 2, 3, 4}, {2, 3, 40, 16}}, k{{2, 2, 5, 4}, {2, 3, 50, 16}}, v{{2, 2, 5, 3}, {2, 3, 50, 8}};
+    cases.push_back({op, "Tq != Tk", {q, k, v}, [](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2]); }});
+    const CaseInput cq{{1, 2, 5, 4}, {2, 2, 70, 16}}, cv{{1, 2, 5, 3}, {2, 2, 70, 8}};
+    cases.push_back({op, "causal", {cq, cq, cv}, [](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); }});
+    const CaseInput oq{{1, 1, 4, 3}, {1, 3, 37, 5}}, ok{{1, 1, 6, 3}, {1, 3, 45, 5}}, ov{{1, 1, 6, 5}, {1, 3, 45, 7}};
+    cases.push_back({op, "odd head size, scale 0.7", {oq, ok, ov},
+                     [](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], false, 0.7); }});
+    const CaseInput co{{1, 1, 6, 3}, {2, 1, 65, 5}};
+    cases.push_back({op, "causal, odd head size", {co, co, co},
+                     [](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); }});
+    const CaseInput one{{1, 2, 1, 4}, {3, 4, 1, 8}};
+    cases.push_back({op, "T = 1, causal", {one, one, one},
+                     [](const V& x) { return scaled_dot_product_attention(x[0], x[1], x[2], true); }});
+    const CaseInput self{{2, 1, 4, 4}, {2, 2, 60, 16}};
+    cases.push_back({op, "one value as q, k and v", {self},
+                     [](const V& x) { return scaled_dot_product_attention(x[0], x[0], x[0], true); }});
+  }
   // normalisation and dropout: with and without weight and bias, 3-D inputs, rows of one value
   {
     const CaseInput rows{{3, 5}, {300, 211}}, cube{{2, 3, 4}, {20, 30, 97}}, single{{4, 1}, {20000, 1}};
@@ -141,6 +267,7 @@ inline std::vector<OpCase> op_cases() {
 // Ops of the derivatives table whose checks live in a suite of their own, with the reason.
 inline const char* checked_elsewhere(const std::string& op) {
   if (op == "value_embed_lookup") return "tests/value_embed (its gradient goes to a buffer, not to the weight)";
+  if (op == "to") return "tests/ops, \"to casts and carries the gradient back\" (an f32 parameter's check)";
   return nullptr;
 }
 

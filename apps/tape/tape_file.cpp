@@ -136,7 +136,7 @@ int64_t numel(const std::vector<int64_t>& shape) {
 TensorData read_tensor(const Field& f) {
   TensorData t;
   t.shape = read_shape(f.at("shape"));
-  t.dtype = f.at("dtype").one_of({"f64", "f32", "bf16", "f16", "i32", "i64"});
+  t.dtype = f.at("dtype").one_of({"f64", "f32", "bf16", "f16", "i32", "i64", "u8"});
   t.count = f.at("count").integer(0, kMaxInt);
   if (t.count != numel(t.shape))
     f.refuse("has count " + std::to_string(t.count) + " but shape " + shape_str(t.shape) + " holds " +
@@ -185,7 +185,7 @@ Entry read_entry(const Field& f, int index) {
   if (e.node < 0 && !e.inputs.empty()) f.refuse("lists inputs but no op produced it");
   if (e.node >= 0 && e.inputs.empty()) f.refuse("names an op but no inputs");
   e.shape = read_shape(f.at("shape"));
-  e.dtype = f.at("dtype").one_of({"f64", "f32", "bf16", "f16", "i32", "i64"});
+  e.dtype = f.at("dtype").one_of({"f64", "f32", "bf16", "f16", "i32", "i64", "u8"});
   e.device = f.at("device").string();
   e.requires_grad = f.at("requires_grad").boolean();
   Field rows = f.at("rows");

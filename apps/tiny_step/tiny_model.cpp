@@ -16,6 +16,7 @@
 #include "tapegrad/tape/tape_dump.hpp"
 #include "tapegrad/io/atomic_file.hpp"
 #include "python_compat.hpp"
+#include "reference_loss.hpp"
 #include "tapegrad/ops/ops.hpp"
 #include "tapegrad/optim/sgd.hpp"
 
@@ -173,7 +174,7 @@ Model::Model(const Config& c, Device dev) : device(dev) {
 Var Model::loss(Graph& graph, Var* x_out, Var* logits_out) const {
   Var x = ops::gather(embedding, graph.input(ids, "input_ids")).label("x");          // (B, d)
   Var logits = ops::add_row(ops::matmul(x, weights), bias).label("logits");          // (B, V)
-  Var loss = ops::cross_entropy(logits, graph.input(targets, "target_ids")).label("loss");  // ()
+  Var loss = reference_cross_entropy(logits, graph.input(targets, "target_ids")).label("loss");  // ()
   if (x_out) *x_out = x;
   if (logits_out) *logits_out = logits;
   return loss;
@@ -322,7 +323,7 @@ json::Value trace(const Config& c, Device device, const TraceOptions& options) {
   {
     tapegrad::NoGrad no_grad(g);
     probs = ops::softmax(logits).value();
-    losses = ops::cross_entropy(logits, g.input(m.targets), ops::Reduction::none).value();
+    losses = reference_cross_entropy(logits, g.input(m.targets), ops::Reduction::none).value();
   }
   const double loss_before = loss.value().item();
   for (double l : losses.to_doubles())

@@ -17,7 +17,10 @@ using kernels::AdamWScalars;
 using kernels::Binary;
 using kernels::Unary;
 
-// elementwise.cu, linalg.cu, rows.cu, optim.cu, value_embed.cu
+// elementwise.cu, strided.cu, linalg.cu, rows.cu, optim.cu, value_embed.cu
 #include "tapegrad/kernels/device_kernels.inc"
+
+// binary's broadcasting path (strided.cu), which its flat path hands unequal shapes to
+void binary_walk(Binary op, const Tensor& a, const Tensor& b, Tensor& out);
 
 }  // namespace tapegrad::cuda

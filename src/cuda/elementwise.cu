@@ -7,6 +7,7 @@
 // library's on the CPU (Note [exp and log on each device]).
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
+#include "tapegrad/kernels/binary_ops.hpp"
 #include "tapegrad/kernels/unary_ops.hpp"
 
 namespace tapegrad::cuda {
@@ -30,31 +31,53 @@ __global__ void fill_from_scalar_kernel(T* out, const T* scalar, double divisor,
     out[i] = value;
 }
 
+// out[i] = f(in_0[i], in_1[i], ...) for i < n, a Pack of elements per thread and step where every
+// pointer is aligned (Note [packed loops]), element by element otherwise and for the tail.
+template <class T, int K, class Fn>
+__device__ void map_packed(int64_t n, bool packed, T* out, const T* const (&in)[K], Fn f) {
+  constexpr int N = Pack<T>::N;
+  const int64_t first = blockIdx.x * int64_t{blockDim.x} + threadIdx.x, step = int64_t{gridDim.x} * blockDim.x;
+  int64_t done = 0;
+  if (packed) {
+    const int64_t packs = n / N;
+    for (int64_t p = first; p < packs; p += step) {
+      Pack<T> v[K], r;
+      for (int k = 0; k < K; ++k) v[k] = reinterpret_cast<const Pack<T>*>(in[k])[p];
+      for (int j = 0; j < N; ++j) {
+        T args[K];
+        for (int k = 0; k < K; ++k) args[k] = v[k].v[j];
+        r.v[j] = f(args);
+      }
+      reinterpret_cast<Pack<T>*>(out)[p] = r;
+    }
+    done = packs * N;
+  }
+  for (int64_t i = done + first; i < n; i += step) {
+    T args[K];
+    for (int k = 0; k < K; ++k) args[k] = in[k][i];
+    out[i] = f(args);
+  }
+}
+
 // y (n,) = F::forward(x): the op's functor (unary_ops.hpp), the CPU loop's expression
 template <class F, class T>
-__global__ void unary_kernel(const T* x, T* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    y[i] = F::forward(x[i]);
+__global__ void unary_kernel(const T* x, T* y, int64_t n, bool packed) {
+  const T* const in[1] = {x};
+  map_packed<T, 1>(n, packed, y, in, [](const T (&v)[1]) { return F::forward(v[0]); });
 }
 
 // dx (n,) = F::backward(x, y, dy), given x and y = f(x)
 template <class F, class T>
-__global__ void unary_backward_kernel(const T* x, const T* y, const T* dy, T* dx, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    dx[i] = F::backward(x[i], y[i], dy[i]);
+__global__ void unary_backward_kernel(const T* x, const T* y, const T* dy, T* dx, int64_t n, bool packed) {
+  const T* const in[3] = {x, y, dy};
+  map_packed<T, 3>(n, packed, dx, in, [](const T (&v)[3]) { return F::backward(v[0], v[1], v[2]); });
 }
 
-// out (n,) = a op b
-template <class T>
-__global__ void binary_kernel(Binary op, const T* a, const T* b, T* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    switch (op) {
-      case Binary::add: out[i] = a[i] + b[i]; break;
-      case Binary::sub: out[i] = a[i] - b[i]; break;
-      case Binary::mul: out[i] = a[i] * b[i]; break;
-      case Binary::div: out[i] = a[i] / b[i]; break;
-    }
-  }
+// out (n,) = a op b, F the op's functor (binary_ops.hpp)
+template <class F, class T>
+__global__ void binary_kernel(const T* a, const T* b, T* out, int64_t n, bool packed) {
+  const T* const in[2] = {a, b};
+  map_packed<T, 2>(n, packed, out, in, [](const T (&v)[2]) { return F::forward(v[0], v[1]); });
 }
 
 // y (n,) = x * s
@@ -90,7 +113,9 @@ void unary(Unary op, const Tensor& x, Tensor& y) {
   if (n == 0) return;
   kernels::visit_unary(op, [&]<class F>() {
     dispatch_float(F::name, x.dtype(), [&]<class T>() {
-      unary_kernel<F, T><<<blocks_for(n), kBlock, 0, stream_for(x)>>>(cdata<T>(x), mdata<T>(y), n);
+      const bool packed = packable({x.raw_data(), y.raw_data()});
+      unary_kernel<F, T><<<blocks_for(packed ? n / Pack<T>::N + 1 : n), kBlock, 0, stream_for(x)>>>(cdata<T>(x), mdata<T>(y),
+                                                                                                  n, packed);
       TG_CUDA_CHECK_LAUNCH();
     });
   });
@@ -101,19 +126,26 @@ void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy
   if (n == 0) return;
   kernels::visit_unary(op, [&]<class F>() {
     dispatch_float(F::name, x.dtype(), [&]<class T>() {
-      unary_backward_kernel<F, T><<<blocks_for(n), kBlock, 0, stream_for(x)>>>(cdata<T>(x), cdata<T>(y), cdata<T>(dy),
-                                                                               mdata<T>(dx), n);
+      const bool packed = packable({x.raw_data(), y.raw_data(), dy.raw_data(), dx.raw_data()});
+      unary_backward_kernel<F, T><<<blocks_for(packed ? n / Pack<T>::N + 1 : n), kBlock, 0, stream_for(x)>>>(
+          cdata<T>(x), cdata<T>(y), cdata<T>(dy), mdata<T>(dx), n, packed);
       TG_CUDA_CHECK_LAUNCH();
     });
   });
 }
 
+// Equal shapes: a flat packed loop; broadcasting walks (strided.cu).
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
+  if (!(a.shape() == b.shape())) return binary_walk(op, a, b, out);
   const int64_t n = a.numel();
   if (n == 0) return;
-  dispatch_float(kernels::binary_name(op), a.dtype(), [&]<class T>() {
-    binary_kernel<<<blocks_for(n), kBlock, 0, stream_for(a)>>>(op, cdata<T>(a), cdata<T>(b), mdata<T>(out), n);
-    TG_CUDA_CHECK_LAUNCH();
+  const bool packed = packable({a.raw_data(), b.raw_data(), out.raw_data()});
+  kernels::visit_binary(op, [&]<class F>() {
+    dispatch_float(F::name, a.dtype(), [&]<class T>() {
+      binary_kernel<F, T><<<blocks_for(packed ? n / Pack<T>::N + 1 : n), kBlock, 0, stream_for(a)>>>(
+          cdata<T>(a), cdata<T>(b), mdata<T>(out), n, packed);
+      TG_CUDA_CHECK_LAUNCH();
+    });
   });
 }
 

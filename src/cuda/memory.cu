@@ -282,6 +282,10 @@ std::string kernel_error_message(const ErrorSlot& e, int device) {
              " is out of range for a table of " + std::to_string(e.dim0) + " rows (shape (" + std::to_string(e.dim0) +
              ", " + std::to_string(e.dim1) + "))";
       break;
+    case ErrorKind::axis_index_out_of_range:  // dim0: the axis's extent, dim1: the axis
+      what = "index " + std::to_string(e.value) + " at position " + std::to_string(e.position) +
+             " is out of range for axis " + std::to_string(e.dim1) + " of size " + std::to_string(e.dim0);
+      break;
     case ErrorKind::target_out_of_range:
       what = "target " + std::to_string(e.value) + " at position " + std::to_string(e.position) +
              " is out of range for " + std::to_string(e.dim1) + " classes (logits (" + std::to_string(e.dim0) + ", " +

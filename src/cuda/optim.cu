@@ -1,5 +1,5 @@
-// CUDA optimizer updates, in place: SGD and the AdamW of docs/bob.md, "Learner" (one launch for up
-// to 16 parameters).
+// CUDA optimizer updates, in place: SGD, SGD with momentum, the AdamW of docs/bob.md, "Learner"
+// (one launch for up to 16 parameters), and the sum of squares clip_grad_norm reads.
 //
 // Rule: per element, the CPU kernel's arithmetic in its order (src/kernels/cpu/elementwise.cpp),
 // rounded after every operation (--fmad=false), with the scalars the CPU derives computed the
@@ -64,6 +64,51 @@ __global__ void adamw_kernel(AdamWGroup group, float decay, float beta1, float o
   }
 }
 
+// torch.optim.SGD's update, SGDElement's math (optim_ops.hpp): p, g, buf (n,); buf only with momentum
+template <class T>
+__global__ void sgd_momentum_kernel(T* param, const T* grad, T* buf, kernels::SGDElement<T> e, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    e.update(param[i], grad[i], buf ? buf + i : nullptr);
+}
+
+// Note [sum of squares order] (optim_ops.hpp). A thread is a lane: it adds the squares of
+// x[lane], x[lane + lanes], ... in double; each block of kSquaresBlock lanes then adds its lanes
+// pairwise into partials[block]. Threads past `lanes` hold +0.
+constexpr int kSquaresBlock = 256;
+constexpr int kSquaresPartials = 1024;  // sum_squares_lanes(n) / kSquaresBlock at most
+
+// The pairwise tree over tree[0 .. blockDim.x) (a power of two), left operand first: tree[0] holds the sum.
+__device__ inline void pairwise_tree(double* tree) {
+  for (unsigned stride = 1; stride < blockDim.x; stride *= 2) {
+    __syncthreads();
+    if (threadIdx.x % (2 * stride) == 0) tree[threadIdx.x] = tree[threadIdx.x] + tree[threadIdx.x + stride];
+  }
+  __syncthreads();
+}
+
+template <class T>
+__global__ void sum_squares_lanes_kernel(const T* x, int64_t n, int64_t lanes, double* partials) {
+  __shared__ double tree[kSquaresBlock];
+  const int64_t lane = blockIdx.x * int64_t{kSquaresBlock} + threadIdx.x;
+  double acc = 0.0;
+  if (lane < lanes)
+    for (int64_t i = lane; i < n; i += lanes) {
+      const double v = static_cast<double>(x[i]);
+      acc = acc + v * v;
+    }
+  tree[threadIdx.x] = acc;
+  pairwise_tree(tree);
+  if (threadIdx.x == 0) partials[blockIdx.x] = tree[0];
+}
+
+// out[slot] = the pairwise tree over partials[0 .. count), padded with +0 to kSquaresPartials.
+__global__ void sum_squares_partials_kernel(const double* partials, int count, double* out, int64_t slot) {
+  __shared__ double tree[kSquaresPartials];
+  tree[threadIdx.x] = static_cast<int>(threadIdx.x) < count ? partials[threadIdx.x] : 0.0;
+  pairwise_tree(tree);
+  if (threadIdx.x == 0) out[slot] = tree[0];
+}
+
 // ----------------------------------------------------------------------------
 // kernel launchers
 
@@ -102,6 +147,31 @@ void adamw_step_many(const std::vector<kernels::AdamWSlot>& slots, const AdamWSc
     if (group.count == kAdamWGroup) launch();
   }
   launch();
+}
+
+void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& buf, const kernels::SGDScalars& s) {
+  const int64_t n = param.numel();
+  if (n == 0) return;
+  dispatch_float("sgd", param.dtype(), [&]<class T>() {
+    const kernels::SGDElement<T> e = kernels::SGDElement<T>::of(s);
+    sgd_momentum_kernel<<<blocks_for(n), kBlock, 0, stream_for(param)>>>(
+        mdata<T>(param), cdata<T>(grad), e.use_momentum ? mdata<T>(buf) : nullptr, e, n);
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void sum_squares(const Tensor& x, Tensor& out, int64_t slot) {
+  const int64_t n = x.numel(), lanes = kernels::sum_squares_lanes(n);
+  const int blocks = static_cast<int>(std::max<int64_t>(1, lanes / kSquaresBlock));
+  Tensor partials = Tensor::empty(Shape{blocks}, DType::f64, x.device());
+  const cudaStream_t stream = stream_for(x);
+  dispatch_float("sum_squares", x.dtype(), [&]<class T>() {
+    sum_squares_lanes_kernel<<<blocks, kSquaresBlock, 0, stream>>>(cdata<T>(x), n, lanes, mdata<double>(partials));
+    TG_CUDA_CHECK_LAUNCH();
+  });
+  sum_squares_partials_kernel<<<1, kSquaresPartials, 0, stream>>>(cdata<double>(partials), blocks,
+                                                                 mdata<double>(out), slot);
+  TG_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tapegrad::cuda

@@ -117,6 +117,14 @@ const RowSparse* Var::sparse_grad() const {
   const Value& v = graph().checked(*this);
   return v.sparse_grad.defined() ? &v.sparse_grad : nullptr;
 }
+Tensor Var::grad_entries_for_write() const {
+  graph().checked(*this);
+  Value& v = g_->mutable_value(id_);
+  Tensor& entries = v.sparse_grad.defined() ? v.sparse_grad.rows : v.grad;
+  if (entries.defined() && !entries.unique()) entries = entries.clone();
+  entries.mark_modified();
+  return entries;
+}
 bool Var::requires_grad() const { return graph().checked(*this).requires_grad; }
 const std::string& Var::label() const { return graph().checked(*this).label; }
 Var& Var::label(std::string name) {
@@ -178,7 +186,7 @@ Var Graph::var(int32_t id) {
   return Var(this, id, value(id).serial, slot_, generation_);
 }
 
-Var Graph::record(const char* op, Tensor out, std::initializer_list<Var> inputs, BackwardFn backward,
+Var Graph::record(const char* op, Tensor out, std::span<const Var> inputs, BackwardFn backward,
                   std::array<Tensor, 2> saved, double scalar) {
   bool needs = false;
   if (grad_enabled_ && backward)
@@ -192,12 +200,8 @@ Var Graph::record(const char* op, Tensor out, std::initializer_list<Var> inputs,
     n.op = op;
     n.backward = backward;
     n.output = id;
-    TG_CHECK(inputs.size() <= n.inputs.size(), "too many inputs for one node");
-    for (const Var& in : inputs) {
-      n.versions[n.n_inputs] = value(in.id_).data.version();
-      n.inputs[n.n_inputs++] = in.id_;
-    }
-    n.versions[3] = values_[static_cast<size_t>(id)].data.version();
+    for (const Var& in : inputs) n.inputs.push(in.id_, value(in.id_).data.version());
+    n.output_version = values_[static_cast<size_t>(id)].data.version();
     for (size_t k = 0; k < saved.size(); ++k)
       if (saved[k].defined()) n.saved[k] = std::move(saved[k]);
     n.scalar = scalar;
@@ -246,9 +250,8 @@ void check_versions(const Graph& g, const Node& n) {
                 std::to_string(now) + "); its backward would compute a wrong gradient. Write it before the "
                 "forward pass, or after backward()");
   };
-  for (int k = 0; k < n.n_inputs; ++k)
-    check(n.inputs[static_cast<size_t>(k)], n.versions[static_cast<size_t>(k)], "input " + std::to_string(k));
-  check(n.output, n.versions[3], "its output");
+  for (int k = 0; k < n.inputs.size(); ++k) check(n.inputs[k], n.inputs.version(k), "input " + std::to_string(k));
+  check(n.output, n.output_version, "its output");
 }
 
 }  // namespace
@@ -296,14 +299,14 @@ const Tensor& BackwardContext::grad_output() const {
   return out.grad;
 }
 const Tensor& BackwardContext::output() const { return g_.value(node_->output).data; }
-const Tensor& BackwardContext::input(int k) const { return g_.value(node_->inputs[static_cast<size_t>(k)]).data; }
+const Tensor& BackwardContext::input(int k) const { return g_.value(node_->inputs[k]).data; }
 Tensor BackwardContext::take_saved(int k) {
   Tensor& slot = g_.nodes_[static_cast<size_t>(node_index_)].saved[static_cast<size_t>(k)];
   if (options_.retain_graph || !slot.unique()) return Tensor();
   return std::move(slot);
 }
 bool BackwardContext::needs_grad(int k) const {
-  return g_.value(node_->inputs[static_cast<size_t>(k)]).requires_grad;
+  return g_.value(node_->inputs[k]).requires_grad;
 }
 
 // ---- the door: every contribution passes here
@@ -323,7 +326,7 @@ void check_contribution(const char* op, int k, const Tensor& target, const Tenso
 void BackwardContext::log(int k, GradEvent::Kind kind, const Tensor& contribution, Tensor discarded, int64_t row) {
   GradEvent ev;
   ev.node = node_index_;
-  ev.to_value = node_->inputs[static_cast<size_t>(k)];
+  ev.to_value = node_->inputs[k];
   ev.input_slot = k;
   ev.row = row;
   ev.kind = kind;
@@ -333,7 +336,7 @@ void BackwardContext::log(int k, GradEvent::Kind kind, const Tensor& contributio
 }
 
 void BackwardContext::accumulate(int k, const Tensor& contribution) {
-  Value& target = g_.mutable_value(node_->inputs[static_cast<size_t>(k)]);
+  Value& target = g_.mutable_value(node_->inputs[k]);
   if (!target.requires_grad) return;
   check_contribution(node_->op, k, target.data, contribution, "a gradient");
   make_dense(target);  // a row-sparse gradient meets a dense one as bytes
@@ -358,7 +361,7 @@ void BackwardContext::accumulate(int k, const Tensor& contribution) {
 }
 
 void BackwardContext::accumulate(int k, RowSparse contribution) {
-  Value& target = g_.mutable_value(node_->inputs[static_cast<size_t>(k)]);
+  Value& target = g_.mutable_value(node_->inputs[k]);
   if (!target.requires_grad) return;
   const Tensor& t = target.data;
   const Tensor& rows = contribution.rows;
@@ -377,7 +380,7 @@ void BackwardContext::accumulate(int k, RowSparse contribution) {
 }
 
 void BackwardContext::accumulate_rows(int k, const Tensor& ids, const Tensor& rows) {
-  Value& target = g_.mutable_value(node_->inputs[static_cast<size_t>(k)]);
+  Value& target = g_.mutable_value(node_->inputs[k]);
   if (!target.requires_grad) return;
   const Tensor& table = target.data;
   if (table.ndim() != 2 || rows.ndim() != 2 || ids.ndim() != 1 || rows.dim(0) != ids.dim(0) ||

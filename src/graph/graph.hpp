@@ -20,7 +20,9 @@
 #include <array>
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tapegrad/graph/stable_vector.hpp"
@@ -59,6 +61,12 @@ class Var {
   const Tensor& grad() const;
   // The gradient when it is row-sparse and nobody has asked for it dense; else nullptr.
   const RowSparse* sparse_grad() const;
+  // For changing the gradient in place (optim/clip.hpp: clipping, scaling): the tensor holding its
+  // entries, the dense gradient or a row-sparse one's rows (which stays row-sparse), made this
+  // value's own first (copied if another handle shares its bytes, so a handle taken earlier keeps
+  // the old values). The call counts as a write (the storage's version moves, as mutable_data's
+  // does). Undefined when no gradient reached the value. Write it through the kernel facades.
+  Tensor grad_entries_for_write() const;
   const Shape& shape() const { return value().shape(); }
   DType dtype() const { return value().dtype(); }
   Device device() const { return value().device(); }
@@ -88,13 +96,39 @@ struct Value {
 
 using BackwardFn = void (*)(BackwardContext&);
 
+// A node's inputs: value ids with the storage versions they had at record (Note [saved versions]
+// in graph.cpp). Three live inline; an op over more (concat, stack) spills the rest to the heap.
+class NodeInputs {
+ public:
+  int size() const { return n_; }
+  int32_t operator[](int k) const { return k < kInline ? ids_[static_cast<size_t>(k)] : more_[static_cast<size_t>(k - kInline)].first; }
+  uint32_t version(int k) const {
+    return k < kInline ? versions_[static_cast<size_t>(k)] : more_[static_cast<size_t>(k - kInline)].second;
+  }
+  void push(int32_t id, uint32_t version) {
+    if (n_ < kInline) {
+      ids_[static_cast<size_t>(n_)] = id;
+      versions_[static_cast<size_t>(n_)] = version;
+    } else {
+      more_.emplace_back(id, version);
+    }
+    ++n_;
+  }
+
+ private:
+  static constexpr int kInline = 3;
+  std::array<int32_t, kInline> ids_{-1, -1, -1};
+  std::array<uint32_t, kInline> versions_{};
+  int n_ = 0;
+  std::vector<std::pair<int32_t, uint32_t>> more_;
+};
+
 struct Node {
   const char* op = "";
   BackwardFn backward = nullptr;
   int32_t output = -1;
-  uint8_t n_inputs = 0;
-  std::array<int32_t, 3> inputs{-1, -1, -1};
-  std::array<uint32_t, 4> versions{};  // the inputs' and the output's storage versions at record
+  uint32_t output_version = 0;  // the output's storage version at record
+  NodeInputs inputs;
   std::array<Tensor, 2> saved;  // what the backward needs beyond the inputs and output values
   double scalar = 0.0;          // one attribute (a scale factor, a divisor)
 };
@@ -151,6 +185,11 @@ class Graph {
   // gradient; it saves `saved` and `scalar` for the backward rule. `op` must outlive the graph (a
   // string literal).
   Var record(const char* op, Tensor out, std::initializer_list<Var> inputs, BackwardFn backward,
+             std::array<Tensor, 2> saved = {}, double scalar = 0.0) {
+    return record(op, std::move(out), std::span<const Var>(inputs.begin(), inputs.size()), backward, std::move(saved),
+                  scalar);
+  }
+  Var record(const char* op, Tensor out, std::span<const Var> inputs, BackwardFn backward,
              std::array<Tensor, 2> saved = {}, double scalar = 0.0);
 
   // ---- inspection (dumps, tests)

@@ -14,13 +14,7 @@ const char* unary_name(Unary op) {
 }
 
 const char* binary_name(Binary op) {
-  switch (op) {
-    case Binary::add: return "add";
-    case Binary::sub: return "sub";
-    case Binary::mul: return "mul";
-    case Binary::div: return "div";
-  }
-  return "?";
+  return visit_binary(op, []<class F>() { return F::name; });
 }
 
 Device common_device(const char* op, std::initializer_list<const Tensor*> tensors) {
@@ -64,6 +58,51 @@ void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
   TG_DISPATCH(binary_name(op), binary(op, a, b, out), &a, &b, &out);
 }
 void scale(const Tensor& x, double s, Tensor& y) { TG_DISPATCH("scale", scale(x, s, y), &x, &y); }
+void binary_backward(Binary op, int k, const Tensor& a, const Tensor& b, const Tensor& y, const Tensor& dy, Tensor& d) {
+  TG_DISPATCH(binary_name(op), binary_backward(op, k, a, b, y, dy, d), &a, &b, &y, &dy, &d);
+}
+void compare(Compare op, const Tensor& a, const Tensor& b, Tensor& out) {
+  TG_DISPATCH("compare", compare(op, a, b, out), &a, &b, &out);
+}
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
+  TG_DISPATCH("where", where(cond, a, b, out), &cond, &a, &b, &out);
+}
+void copy_strided(const Tensor& src, const View& src_view, Tensor& dst, const View& dst_view) {
+  TG_DISPATCH("copy", copy_strided(src, src_view, dst, dst_view), &src, &dst);
+}
+void reduce(Reduce op, const Tensor& x, const Shape& kept, Tensor& out) {
+  TG_DISPATCH("reduce", reduce(op, x, kept, out), &x, &out);
+}
+void argmax(const Tensor& x, int axis, Tensor& out) { TG_DISPATCH("argmax", argmax(x, axis, out), &x, &out); }
+void gather_axis(const Tensor& x, int axis, const Tensor& ids, Tensor& out) {
+  TG_DISPATCH("gather", gather_axis(x, axis, ids, out), &x, &ids, &out);
+}
+void scatter_add_axis(Tensor& dst, int axis, const Tensor& ids, const Tensor& src) {
+  TG_DISPATCH("gather_backward", scatter_add_axis(dst, axis, ids, src), &dst, &ids, &src);
+}
+void index_select(const Tensor& x, int axis, const Tensor& ids, Tensor& out) {
+  TG_DISPATCH("index_select", index_select(x, axis, ids, out), &x, &ids, &out);
+}
+void index_add(Tensor& dst, int axis, const Tensor& ids, const Tensor& src) {
+  TG_DISPATCH("index_select_backward", index_add(dst, axis, ids, src), &dst, &ids, &src);
+}
+void log_softmax_rows(const Tensor& x, Tensor& y) { TG_DISPATCH("log_softmax", log_softmax_rows(x, y), &x, &y); }
+void log_softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  TG_DISPATCH("log_softmax", log_softmax_rows_backward(y, dy, dx), &y, &dy, &dx);
+}
+void nll_rows(const Tensor& lp, const Tensor& targets, int64_t ignore_index, Tensor& losses, Tensor& count) {
+  TG_DISPATCH("cross_entropy", nll_rows(lp, targets, ignore_index, losses, count), &lp, &targets, &losses, &count);
+}
+void nll_log_softmax_backward(const Tensor& lp, const Tensor& targets, int64_t ignore_index, const Tensor& dloss,
+                              const Tensor& divisor, Tensor& dlogits) {
+  TG_DISPATCH("cross_entropy_backward", nll_log_softmax_backward(lp, targets, ignore_index, dloss, divisor, dlogits),
+              &lp, &targets, &dloss, &divisor, &dlogits);
+}
+void cast(const Tensor& x, Tensor& out) { TG_DISPATCH("to", cast(x, out), &x, &out); }
+void clamp(const Tensor& x, double lo, double hi, Tensor& y) { TG_DISPATCH("clamp", clamp(x, lo, hi, y), &x, &y); }
+void clamp_backward(const Tensor& x, double lo, double hi, const Tensor& dy, Tensor& dx) {
+  TG_DISPATCH("clamp", clamp_backward(x, lo, hi, dy, dx), &x, &dy, &dx);
+}
 void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
   TG_DISPATCH("matmul", matmul(a, ta, b, tb, out), &a, &b, &out);
 }
@@ -146,6 +185,42 @@ void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s)
 #else
   throw DeviceError("[adamw] this tapegrad was built without CUDA");
 #endif
+}
+
+// ---- convolution and pooling
+void im2col(const Tensor& x, const Window2d& win, Tensor& cols) { TG_DISPATCH("im2col", im2col(x, win, cols), &x, &cols); }
+void col2im(const Tensor& cols, const Window2d& win, Tensor& dx) { TG_DISPATCH("col2im", col2im(cols, win, dx), &cols, &dx); }
+void conv2d_rows_to_planes(const Tensor& rows, const Tensor& bias, Tensor& out) {
+  TG_DISPATCH("conv2d", conv2d_rows_to_planes(rows, bias, out), &rows, &bias, &out);
+}
+void conv2d_planes_to_rows(const Tensor& dy, Tensor& rows) {
+  TG_DISPATCH("conv2d_backward", conv2d_planes_to_rows(dy, rows), &dy, &rows);
+}
+void max_pool2d(const Tensor& x, const Window2d& win, Tensor& out, Tensor& indices) {
+  TG_DISPATCH("max_pool2d", max_pool2d(x, win, out, indices), &x, &out, &indices);
+}
+void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Window2d& win, Tensor& dx) {
+  TG_DISPATCH("max_pool2d_backward", max_pool2d_backward(dy, indices, win, dx), &dy, &indices, &dx);
+}
+void avg_pool2d(const Tensor& x, const Window2d& win, Tensor& out) {
+  TG_DISPATCH("avg_pool2d", avg_pool2d(x, win, out), &x, &out);
+}
+void avg_pool2d_backward(const Tensor& dy, const Window2d& win, Tensor& dx) {
+  TG_DISPATCH("avg_pool2d_backward", avg_pool2d_backward(dy, win, dx), &dy, &dx);
+}
+
+// ---- stateful optimizers and gradient transforms
+void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& buf, const SGDScalars& s) {
+  if (s.momentum != 0 && !(buf.defined() && buf.numel() == param.numel() && buf.dtype() == param.dtype()))
+    throw Error("[sgd] momentum needs a buffer of the parameter's size and dtype, " + param.shape().str() + " " +
+                dtype_name(param.dtype()));
+  TG_DISPATCH("sgd", sgd_momentum_step(param, grad, buf, s), &param, &grad, &buf);
+}
+void sum_squares(const Tensor& x, Tensor& out, int64_t slot) {
+  if (out.dtype() != DType::f64 || out.ndim() != 1 || slot < 0 || slot >= out.numel())
+    throw Error("[sum_squares] slot " + std::to_string(slot) + " of " + out.shape().str() + " " +
+                dtype_name(out.dtype()) + ": the sums go into a 1-D f64 tensor with that slot");
+  TG_DISPATCH("sum_squares", sum_squares(x, out, slot), &x, &out);
 }
 
 }  // namespace tapegrad::kernels

@@ -12,12 +12,14 @@
 // f32 reductions run in a fixed order (deterministic, not necessarily equal across devices).
 #pragma once
 
+#include "tapegrad/kernels/binary_ops.hpp"
+#include "tapegrad/kernels/optim_ops.hpp"
+#include "tapegrad/kernels/strided.hpp"
 #include "tapegrad/kernels/unary_ops.hpp"
 #include "tapegrad/tensor/tensor.hpp"
 
 namespace tapegrad::kernels {
 
-enum class Binary : uint8_t { add, sub, mul, div };
 const char* unary_name(Unary op);
 const char* binary_name(Binary op);
 
@@ -32,8 +34,34 @@ void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor);
 void unary(Unary op, const Tensor& x, Tensor& y);  // y = f(x), f the op's functor (unary_ops.hpp)
 // dx = dy * f'(x) given x and y = f(x): the functor's backward
 void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
+// out = a op b (binary_ops.hpp); a and b broadcast to out's shape (NumPy rules; equal shapes are
+// the flat, fastest case).
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out);
 void scale(const Tensor& x, double s, Tensor& y);  // y = x * s
+
+// ---- N-d kernels over strided walks (strided.hpp, Note [strided walks])
+// d (dy's shape) = the gradient of a op b reaching operand k (0: a, 1: b) at each element of y =
+// a op b, before any sum over broadcast axes (the front-end's reduce).
+void binary_backward(Binary op, int k, const Tensor& a, const Tensor& b, const Tensor& y, const Tensor& dy, Tensor& d);
+void compare(Compare op, const Tensor& a, const Tensor& b, Tensor& out);       // out u8, a and b broadcast
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out);  // cond u8; all broadcast to out
+// The elements of src seen through src_view (which broadcasts to dst_view.shape) written into dst
+// through dst_view; any dtype (src's and dst's must be equal).
+void copy_strided(const Tensor& src, const View& src_view, Tensor& dst, const View& dst_view);
+enum class Reduce : uint8_t { sum, mean, max, min };
+// out (numel of kept) = x (contiguous) reduced over the axes where `kept` has extent 1 and x does
+// not, in row-major order over those axes, accumulated in double; max and min propagate NaN.
+void reduce(Reduce op, const Tensor& x, const Shape& kept, Tensor& out);
+void argmax(const Tensor& x, int axis, Tensor& out);  // out i64 (x's shape without axis): first largest, NaN largest
+// x (outer, n, inner), ids (outer, k, inner) i32/i64 -> out (outer, k, inner) = x[o, ids[o, j, i], i]
+void gather_axis(const Tensor& x, int axis, const Tensor& ids, Tensor& out);
+void scatter_add_axis(Tensor& dst, int axis, const Tensor& ids, const Tensor& src);  // gather_axis's adjoint: dst += ...
+// x (outer, n, inner), ids (k,) -> out (outer, k, inner) = x[:, ids, :]
+void index_select(const Tensor& x, int axis, const Tensor& ids, Tensor& out);
+void index_add(Tensor& dst, int axis, const Tensor& ids, const Tensor& src);  // index_select's adjoint: dst += ...
+void cast(const Tensor& x, Tensor& out);  // out = x converted to out's dtype (f64 f32 i32 i64 u8)
+void clamp(const Tensor& x, double lo, double hi, Tensor& y);  // clamp_of (binary_ops.hpp)
+void clamp_backward(const Tensor& x, double lo, double hi, const Tensor& dy, Tensor& dx);
 
 // ---- linear algebra (2-D)
 // out (n, m) = op(a) @ op(b), op = transpose when the flag is set. a (n, k) or (k, n); b (k, m) or (m, k).
@@ -41,6 +69,16 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
 void transpose(const Tensor& x, Tensor& out);                    // (n, m) -> (m, n)
 void add_row(const Tensor& x, const Tensor& b, Tensor& out);     // x (n, m) + b (m,) -> (n, m)
 void sum_rows(const Tensor& x, Tensor& out);                     // x (n, m) -> (m,): column sums
+
+// ---- log-softmax rows and the library's cross-entropy (Note [log-sum-exp rows] in cpu/log_softmax.cpp)
+void log_softmax_rows(const Tensor& x, Tensor& y);                               // (n, m), along m
+void log_softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx);  // dx = dy - exp(y) * sum(dy)
+// losses (N,) = -lp[i, t_i] (0 where t_i == ignore_index); count () = the rows not ignored, in lp's dtype
+void nll_rows(const Tensor& lp, const Tensor& targets, int64_t ignore_index, Tensor& losses, Tensor& count);
+// dlogits (N, V) = (dloss / divisor) * (exp(lp) - onehot(t)) per row, zero rows where ignored;
+// dloss () or (N,); divisor a () tensor on the device or undefined (1)
+void nll_log_softmax_backward(const Tensor& lp, const Tensor& targets, int64_t ignore_index, const Tensor& dloss,
+                              const Tensor& divisor, Tensor& dlogits);
 
 // ---- reductions over every element -> shape ()
 void sum_all(const Tensor& x, Tensor& out);
@@ -112,6 +150,57 @@ struct AdamWSlot {
 inline constexpr int64_t adamw_zero_block = 256;
 void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s);
 
+// ---- stateful optimizers and gradient transforms (src/optim/sgd.hpp, src/optim/clip.hpp)
+// torch.optim.SGD's update of one parameter in place, in its dtype (f32 or f64): SGDElement's math
+// (optim_ops.hpp) on every element, with weight decay when weight_decay != 0 and momentum when
+// momentum != 0, kept in buf (the parameter's shape and dtype; unused, and may be undefined,
+// without momentum), which is set to the decayed gradient when first_step is (PyTorch's buffer
+// made at its first step).
+void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& buf, const SGDScalars& s);
+// out (k,) f64, out[slot] = the sum of the squares of x's elements (x f32 or f64, any shape), in
+// the order of Note [sum of squares order] (optim_ops.hpp): the same bits on every device and
+// thread count. Read on the device: clip_grad_norm reads back one scalar for all its gradients.
+void sum_squares(const Tensor& x, Tensor& out, int64_t slot);
+
+// ---- convolution and pooling over images x (N, C, H, W) (src/ops/conv.cpp)
+// A kernel_h x kernel_w window moved by stride over x with pad rows and columns of padding on each
+// side; out_h x out_w positions, out = (in + 2 pad - kernel) / stride + 1 (PyTorch's floor mode).
+// Position (oh, ow) covers input rows oh * stride_h - pad_h .. + kernel_h - 1, columns likewise.
+struct Window2d {
+  int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, out_h = 1, out_w = 1;
+};
+// cols (N*out_h*out_w, C*kernel_h*kernel_w): row (n, oh, ow) holds the window of x (N, C, H, W) at
+// (oh, ow), columns in (c, i, j) order, 0 where it lies in the padding.
+void im2col(const Tensor& x, const Window2d& win, Tensor& cols);
+// dx (N, C, H, W) = im2col's adjoint: each pixel the sum of the cols entries im2col copied it to.
+void col2im(const Tensor& cols, const Window2d& win, Tensor& dx);
+// out (N, O, out_h, out_w)[n, o, p] = rows (N*out_h*out_w, O)[n*out_h*out_w + p, o] + bias[o]
+// (bias (O,), or undefined for none).
+void conv2d_rows_to_planes(const Tensor& rows, const Tensor& bias, Tensor& out);
+// rows (N*out_h*out_w, O) = dy (N, O, out_h, out_w) laid out as conv2d_rows_to_planes reads them.
+void conv2d_planes_to_rows(const Tensor& dy, Tensor& rows);
+// out (N, C, out_h, out_w) = the max of each window (padding is -inf), indices (same shape, i32 or
+// i64) = where it is, h * W + w in its plane: the first max, or the last NaN (PyTorch's CPU).
+void max_pool2d(const Tensor& x, const Window2d& win, Tensor& out, Tensor& indices);
+// dx (N, C, H, W): each pixel the sum of dy over the windows whose index names it.
+void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Window2d& win, Tensor& dx);
+// out (N, C, out_h, out_w) = the sum of each window (padding is 0) / (kernel_h * kernel_w).
+void avg_pool2d(const Tensor& x, const Window2d& win, Tensor& out);
+// dx (N, C, H, W): each pixel the sum of dy over the windows that hold it, / (kernel_h * kernel_w).
+void avg_pool2d_backward(const Tensor& dy, const Window2d& win, Tensor& dx);
+// ---- attention: the fused scaled_dot_product_attention's kernels (src/kernels/attention.cpp
+// dispatches; cpu/attention.cpp is the reference, Note [attention arithmetic] there)
+// q (B, H, Tq, d), k (B, H, Tk, d), v (B, H, Tk, dv), all contiguous, one float dtype, Tk >= 1;
+// causal needs Tq == Tk and lets query i see keys 0..i. out (B, H, Tq, dv) = softmax(scale q k^T) v
+// per (b, h); lse (B, H, Tq), the inputs' dtype: each row's log of the sum of exp(scale q k^T).
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, Tensor& out,
+                       Tensor& lse);
+// The gradients of out given dout, from the probabilities recomputed from lse, P = exp(scale q k^T
+// - lse): delta (B, H, Tq) f64, scratch the caller allocates, receives rowsum(dout * out); then
+// dS = P * (dout v^T - delta), dq = scale dS k, dk = scale dS^T q, dv = P^T dout (each written whole).
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                        const Tensor& lse, bool causal, double scale, Tensor& delta, Tensor& dq, Tensor& dk,
+                        Tensor& dv);
 
 // ---- normalisation over the last axis and dropout (cpu/norm.cpp, src/cuda/norm.cu; the facades
 // in norm.cpp). x (..., C) is read as n = numel / C rows of C; mean and rstd are (n,) of x's dtype;

@@ -46,6 +46,28 @@ template <class T> TG_HD T tanh_of(T x) {
 #endif
 }
 
+template <class T> TG_HD T sqrt_of(T x) {
+#if defined(__CUDA_ARCH__)
+  return sqrt(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+template <class T> TG_HD T erf_of(T x) {
+#if defined(__CUDA_ARCH__)
+  return erf(x);
+#else
+  return std::erf(x);
+#endif
+}
+template <class T> TG_HD T pow_of(T x, T y) {
+#if defined(__CUDA_ARCH__)
+  return pow(x, y);
+#else
+  return std::pow(x, y);
+#endif
+}
+
 // Each functor: name, the forward and derivative as text, where its gradient check samples x
 // (lo, hi; the check keeps away from 0, where relu has its kink), whether the op is a stream of memory more than arithmetic (how early
 // the CPU splits it over threads), forward(x) and backward(x, y, dy).
@@ -120,11 +142,63 @@ struct Silu {
   }
 };
 
+// sqrt: dx = dy / (2 y); rsqrt y = 1 / sqrt(x): dx = -dy y^3 / 2.
+struct Sqrt {
+  static constexpr const char *name = "sqrt", *forward_text = "y = sqrt(x)", *backward_text = "dx = dy / (2 y)";
+  static constexpr double lo = 0.5, hi = 3;
+  static constexpr bool streaming = false;
+  template <class T> TG_HD static T forward(T x) { return sqrt_of(x); }
+  template <class T> TG_HD static T backward(T, T y, T dy) { return dy / (T(2) * y); }
+};
+
+struct Rsqrt {
+  static constexpr const char *name = "rsqrt", *forward_text = "y = 1 / sqrt(x)",
+                              *backward_text = "dx = -dy * y^3 / 2";
+  static constexpr double lo = 0.5, hi = 3;
+  static constexpr bool streaming = false;
+  template <class T> TG_HD static T forward(T x) { return T(1) / sqrt_of(x); }
+  template <class T> TG_HD static T backward(T, T y, T dy) { return -dy * (y * y * y) * T(0.5); }
+};
+
+// abs: the gradient is dy * sign(x), 0 at x = 0 and at NaN (PyTorch's sgn); the value keeps NaN.
+struct Abs {
+  static constexpr const char *name = "abs", *forward_text = "y = |x|", *backward_text = "dx = dy * sign(x)";
+  static constexpr double lo = -2, hi = 2;
+  static constexpr bool streaming = true;
+  template <class T> TG_HD static T forward(T x) { return x < T(0) ? -x : x == T(0) ? T(0) : x; }
+  template <class T> TG_HD static T backward(T x, T, T dy) {
+    return x > T(0) ? dy : x < T(0) ? -dy : T(0);
+  }
+};
+
+struct Square {
+  static constexpr const char *name = "square", *forward_text = "y = x^2", *backward_text = "dx = dy * 2x";
+  static constexpr double lo = -2, hi = 2;
+  static constexpr bool streaming = true;
+  template <class T> TG_HD static T forward(T x) { return x * x; }
+  template <class T> TG_HD static T backward(T x, T, T dy) { return dy * (T(2) * x); }
+};
+
+// gelu, exact (PyTorch's default, approximate='none'): y = x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2;
+// dy/dx = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+struct GeluErf {
+  static constexpr const char *name = "gelu_erf", *forward_text = "y = x/2 * (1 + erf(x / sqrt(2)))",
+                              *backward_text = "dx = dy * (Phi(x) + x * exp(-x^2/2) / sqrt(2 pi))";
+  static constexpr double lo = -3, hi = 3;
+  static constexpr bool streaming = false;
+  static constexpr double kRsqrt2 = 0.7071067811865476, kRsqrt2Pi = 0.3989422804014327;
+  template <class T> TG_HD static T forward(T x) { return T(0.5) * x * (T(1) + erf_of(x * T(kRsqrt2))); }
+  template <class T> TG_HD static T backward(T x, T, T dy) {
+    const T phi = T(0.5) * (T(1) + erf_of(x * T(kRsqrt2)));
+    return dy * (phi + x * (exp_of(T(-0.5) * x * x) * T(kRsqrt2Pi)));
+  }
+};
+
 // gelu, the tanh approximation (PyTorch's approximate='tanh', GPT-2's):
 // y = x/2 (1 + t), t = tanh(u), u = sqrt(2/pi) (x + 0.044715 x^3);
 // dy/dx = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
-struct Gelu {
-  static constexpr const char *name = "gelu", *forward_text = "y = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))",
+struct GeluTanh {
+  static constexpr const char *name = "gelu_tanh", *forward_text = "y = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))",
                               *backward_text = "dx = dy * ((1 + t)/2 + x/2 * (1 - t^2) * sqrt(2/pi) * (1 + 0.134145 x^2))";
   static constexpr double lo = -3, hi = 3;
   static constexpr bool streaming = false;
@@ -150,7 +224,12 @@ struct Gelu {
   X(relu, Relu)         \
   X(sigmoid, Sigmoid)   \
   X(silu, Silu)         \
-  X(gelu, Gelu)
+  X(gelu_tanh, GeluTanh) \
+  X(gelu_erf, GeluErf)   \
+  X(sqrt, Sqrt)         \
+  X(rsqrt, Rsqrt)       \
+  X(abs, Abs)           \
+  X(square, Square)
 
 enum class Unary : uint8_t {
 #define TG_UNARY_ENUM(name, F) name,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "tapegrad/graph/graph.hpp"
 #include "tapegrad/kernels/kernels.hpp"
@@ -43,5 +44,25 @@ inline Tensor like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(),
 inline Tensor empty_on(const Shape& s, const Tensor& like_dtype_device) {
   return Tensor::empty(s, like_dtype_device.dtype(), like_dtype_device.device());
 }
+
+// ---- N-d helpers (common.cpp)
+
+// axis in [-ndim, ndim) -> [0, ndim); otherwise "[op] axis 3 is out of range for a tensor of 3
+// dimensions". A negative axis counts from the end, as in PyTorch.
+int normalize_axis(const char* op, int axis, int ndim);
+// The axes as a mask over ndim axes (each once; "[op] axis 1 is given twice"); no axes: all of them.
+std::vector<bool> axes_mask(const char* op, const std::vector<int>& axes, int ndim);
+// NumPy broadcasting: "[op] cannot broadcast shapes (2, 3) and (4,)".
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b);
+// g summed over the axes along which `shape` was broadcast to g's shape, reshaped to `shape` (g
+// itself when the shapes are equal).
+Tensor sum_to(const Tensor& g, const Shape& shape);
+// t (shape `from`, which broadcasts to `to`) copied out to `to`.
+Tensor expand(const Tensor& t, const Shape& from, const Shape& to);
+// A scalar of t's dtype on t's device, as an input of g (no gradient): the scalar side of x + 1.
+Var constant(Graph& g, double value, const Tensor& like);
+// Integers kept in a node for its backward (axes, offsets): a host i64 tensor, and back.
+Tensor host_ints(const std::vector<int64_t>& values);
+std::vector<int64_t> ints_of(const Tensor& t);
 
 }  // namespace tapegrad::ops::detail

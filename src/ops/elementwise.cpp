@@ -1,5 +1,5 @@
-// Elementwise ops: forward and backward together. Shapes must match exactly (no broadcasting;
-// add_row is the one broadcast the models need).
+// Elementwise ops: forward and backward together. Binary ops broadcast (NumPy rules); their
+// backward sums each operand's gradient over the axes it was broadcast along.
 #include "tapegrad/ops/common.hpp"
 #include "tapegrad/ops/ops.hpp"
 
@@ -7,22 +7,47 @@ namespace tapegrad::ops {
 
 using namespace detail;
 using kernels::Binary;
+using kernels::Compare;
 using kernels::Unary;
 
 namespace {
 
-Var binary_op(const char* op, Binary kind, Var a, Var b, BackwardFn backward) {
+// dk = sum over broadcast axes of F::dk(a, b, y, dy), the functor's partials (binary_ops.hpp).
+// add, sub and mul of equal shapes skip the partials' kernel: dy itself, -dy, dy * other.
+template <Binary kind>
+void binary_rule(BackwardContext& ctx) {
+  const Tensor& dy = ctx.grad_output();
+  for (int k = 0; k < 2; ++k) {
+    if (!ctx.needs_grad(k)) continue;
+    const Tensor& in = ctx.input(k);
+    Tensor full;
+    if (kind == Binary::add || (kind == Binary::sub && k == 0)) {
+      full = dy;
+    } else if (kind == Binary::sub) {
+      full = like(dy);
+      kernels::unary(Unary::neg, dy, full);
+    } else if (kind == Binary::mul && ctx.input(1 - k).shape() == dy.shape()) {
+      full = like(dy);
+      kernels::binary(Binary::mul, dy, ctx.input(1 - k), full);
+    } else {
+      full = like(dy);
+      kernels::binary_backward(kind, k, ctx.input(0), ctx.input(1), ctx.output(), dy, full);
+    }
+    ctx.accumulate(k, sum_to(full, in.shape()));
+  }
+}
+
+template <Binary kind>
+Var binary_op(Var a, Var b) {
+  const char* op = kernels::binary_name(kind);
   Graph& g = graph_of(op, {a, b});
   const Tensor& x = a.value();
   const Tensor& y = b.value();
-  if (!(x.shape() == y.shape()))
-    throw Error(std::string("[") + op + "] shapes " + x.shape().str() + " and " + y.shape().str() +
-                " differ (elementwise ops need equal shapes; add_row broadcasts a bias row)");
   need_float(op, "input", x);
   same_dtype(op, x, y);
-  Tensor out = like(x);
+  Tensor out = empty_on(broadcast_shapes(op, x.shape(), y.shape()), x);
   kernels::binary(kind, x, y, out);
-  return g.record(op, std::move(out), {a, b}, backward);
+  return g.record(op, std::move(out), {a, b}, &binary_rule<kind>);
 }
 
 // y = f(x) by the op's functor; dx = dy * f'(x) by its backward, both in kernels::unary*
@@ -40,39 +65,25 @@ Var unary_op(Var x) {
   });
 }
 
+Var compare_op(const char* op, Compare kind, Var a, Var b) {
+  Graph& g = graph_of(op, {a, b});
+  need_float(op, "input", a.value());
+  same_dtype(op, a.value(), b.value());
+  Tensor out = Tensor::empty(broadcast_shapes(op, a.shape(), b.shape()), DType::u8, a.device());
+  kernels::compare(kind, a.value(), b.value(), out);
+  return g.record(op, std::move(out), {a, b}, nullptr);  // a mask: no gradient
+}
+
 }  // namespace
 
-// a (s) + b (s) -> (s);  da = dy, db = dy
-Var add(Var a, Var b) {
-  return binary_op("add", Binary::add, a, b, [](BackwardContext& ctx) {
-    ctx.accumulate(0, ctx.grad_output());
-    ctx.accumulate(1, ctx.grad_output());
-  });
-}
+// The binary ops: a (s) op b (t) -> broadcast(s, t); da, db as the functor's partials, each summed
+// over the axes its operand was broadcast along.
+#define TG_BINARY_DEFINE(name, F) \
+  Var name(Var a, Var b) { return binary_op<Binary::name>(a, b); }
+TG_BINARY_OPS(TG_BINARY_DEFINE)
+#undef TG_BINARY_DEFINE
 
-// a (s) - b (s) -> (s);  da = dy, db = -dy
-Var sub(Var a, Var b) {
-  return binary_op("sub", Binary::sub, a, b, [](BackwardContext& ctx) {
-    ctx.accumulate(0, ctx.grad_output());
-    if (ctx.needs_grad(1)) {
-      Tensor db = like(ctx.grad_output());
-      kernels::unary(Unary::neg, ctx.grad_output(), db);
-      ctx.accumulate(1, db);
-    }
-  });
-}
-
-// a (s) * b (s) -> (s);  da = dy * b, db = dy * a
-Var mul(Var a, Var b) {
-  return binary_op("mul", Binary::mul, a, b, [](BackwardContext& ctx) {
-    for (int k = 0; k < 2; ++k) {
-      if (!ctx.needs_grad(k)) continue;
-      Tensor d = like(ctx.grad_output());
-      kernels::binary(Binary::mul, ctx.grad_output(), ctx.input(1 - k), d);
-      ctx.accumulate(k, d);
-    }
-  });
-}
+Var pow(Var x, double exponent) { return pow(x, constant(x.graph(), exponent, x.value())); }
 
 // x (s) * s -> (s);  dx = dy * s
 Var scale(Var x, double s) {
@@ -93,4 +104,88 @@ Var scale(Var x, double s) {
 TG_UNARY_OPS(TG_UNARY_DEFINE)
 #undef TG_UNARY_DEFINE
 
+Var gelu(Var x, Gelu approximate) { return approximate == Gelu::tanh ? gelu_tanh(x) : gelu_erf(x); }
+
+// x (s) -> (s) = min(max(x, lo), hi);  dx = dy * [lo <= x <= hi]
+Var clamp(Var x, double lo, double hi) {
+  Graph& g = graph_of("clamp", {x});
+  need_float("clamp", "input", x.value());
+  if (lo != lo || hi != hi) throw Error("[clamp] bounds must not be NaN");
+  Tensor out = like(x.value());
+  kernels::clamp(x.value(), lo, hi, out);
+  return g.record("clamp", std::move(out), {x}, [](BackwardContext& ctx) {
+    const std::vector<double> b = ctx.saved(0).to_doubles();
+    Tensor dx = like(ctx.input(0));
+    kernels::clamp_backward(ctx.input(0), b[0], b[1], ctx.grad_output(), dx);
+    ctx.accumulate(0, dx);
+  }, {Tensor::from_vector(std::vector<double>{lo, hi}, Shape{2})});
+}
+
+// cond (r) u8, a (s), b (t) -> broadcast(r, s, t) = cond ? a : b;
+// da = sum over a's broadcast axes of (cond ? dy : 0), db likewise of (cond ? 0 : dy)
+Var where(Var cond, Var a, Var b) {
+  Graph& g = graph_of("where", {cond, a, b});
+  const Tensor& c = cond.value();
+  if (c.dtype() != DType::u8)
+    throw Error(std::string("[where] the condition must be a u8 mask (from eq, lt, ... or causal_mask), got ") +
+                dtype_name(c.dtype()));
+  need_float("where", "input", a.value());
+  same_dtype("where", a.value(), b.value());
+  if (cond.requires_grad()) throw Error("[where] the condition cannot require a gradient");
+  const Shape shape = broadcast_shapes("where", broadcast_shapes("where", c.shape(), a.shape()), b.shape());
+  Tensor out = empty_on(shape, a.value());
+  kernels::where(c, a.value(), b.value(), out);
+  return g.record("where", std::move(out), {cond, a, b}, [](BackwardContext& ctx) {
+    const Tensor& dy = ctx.grad_output();
+    const Tensor zero = Tensor::zeros(Shape{}, dy.dtype(), dy.device());
+    for (int k = 1; k <= 2; ++k) {
+      if (!ctx.needs_grad(k)) continue;
+      Tensor full = like(dy);
+      kernels::where(ctx.input(0), k == 1 ? dy : zero, k == 1 ? zero : dy, full);
+      ctx.accumulate(k, sum_to(full, ctx.input(k).shape()));
+    }
+  });
+}
+
+Var masked_fill(Var x, Var mask, double value) { return where(mask, constant(x.graph(), value, x.value()), x); }
+
+#define TG_COMPARE_DEFINE(name) \
+  Var name(Var a, Var b) { return compare_op(#name, Compare::name, a, b); }
+TG_COMPARE_DEFINE(eq)
+TG_COMPARE_DEFINE(ne)
+TG_COMPARE_DEFINE(lt)
+TG_COMPARE_DEFINE(le)
+TG_COMPARE_DEFINE(gt)
+TG_COMPARE_DEFINE(ge)
+#undef TG_COMPARE_DEFINE
+
+// x (s) -> (s) of dtype;  dx = dy converted back to x's dtype (floating dtypes only: a cast to an
+// integer dtype takes no gradient)
+Var to(Var x, DType dtype) {
+  Graph& g = graph_of("to", {x});
+  const Tensor& v = x.value();
+  if (v.dtype() == dtype) return x;
+  Tensor out = Tensor::empty(v.shape(), dtype, v.device());
+  kernels::cast(v, out);
+  const bool floats = (dtype == DType::f64 || dtype == DType::f32) && (v.dtype() == DType::f64 || v.dtype() == DType::f32);
+  return g.record("to", std::move(out), {x}, floats ? [](BackwardContext& ctx) {
+    Tensor dx = like(ctx.input(0));
+    kernels::cast(ctx.grad_output(), dx);
+    ctx.accumulate(0, dx);
+  } : BackwardFn(nullptr));
+}
+
 }  // namespace tapegrad::ops
+
+namespace tapegrad {
+
+Var operator+(Var a, double s) { return ops::add(a, ops::detail::constant(a.graph(), s, a.value())); }
+Var operator+(double s, Var a) { return ops::add(ops::detail::constant(a.graph(), s, a.value()), a); }
+Var operator-(Var a, double s) { return ops::sub(a, ops::detail::constant(a.graph(), s, a.value())); }
+Var operator-(double s, Var a) { return ops::sub(ops::detail::constant(a.graph(), s, a.value()), a); }
+Var operator*(Var a, double s) { return ops::scale(a, s); }
+Var operator*(double s, Var a) { return ops::scale(a, s); }
+Var operator/(Var a, double s) { return ops::div(a, ops::detail::constant(a.graph(), s, a.value())); }
+Var operator/(double s, Var a) { return ops::div(ops::detail::constant(a.graph(), s, a.value()), a); }
+
+}  // namespace tapegrad

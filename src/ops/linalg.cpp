@@ -72,15 +72,6 @@ Var transpose(Var x) {
   });
 }
 
-// x (any) -> shape (same numel), sharing storage;  dx = dy reshaped to x's shape
-Var reshape(Var x, const Shape& shape) {
-  Graph& g = graph_of("reshape", {x});
-  Tensor out = x.value().reshape(shape);
-  return g.record("reshape", std::move(out), {x}, [](BackwardContext& ctx) {
-    ctx.accumulate(0, ctx.grad_output().reshape(ctx.input(0).shape()));
-  });
-}
-
 // x (any) -> ();  dx = dy broadcast to x's shape
 Var sum(Var x) {
   Graph& g = graph_of("sum", {x});

@@ -1,6 +1,7 @@
 // The derivatives table (op_table.hpp).
 #include "tapegrad/ops/op_table.hpp"
 
+#include "tapegrad/kernels/binary_ops.hpp"
 #include "tapegrad/kernels/unary_ops.hpp"
 
 namespace tapegrad::ops {
@@ -11,26 +12,47 @@ const std::vector<OpInfo>& op_table() {
         {"gather", "E (V, d), ids (B,) int -> (B, d)", "y[i] = E[ids[i]]", "dE[ids[i]] += dy[i] (row-wise accumulate)"},
         {"matmul", "(n, k) @ (k, m) -> (n, m)", "y = a @ b", "da = dy @ b^T, db = a^T @ dy"},
         {"add_row", "(n, m) + (m,) -> (n, m)", "y = x + b, b added to every row", "dx = dy, db = sum over rows of dy"},
-        {"add", "same shapes", "y = a + b", "da = dy, db = dy"},
-        {"sub", "same shapes", "y = a - b", "da = dy, db = -dy"},
-        {"mul", "same shapes", "y = a * b", "da = dy * b, db = dy * a"},
         {"scale", "any", "y = x * s", "dx = dy * s"},
     };
+    // the binary ops broadcast; each partial is summed over its operand's broadcast axes
+#define TG_BINARY_ROW(op, F) \
+  t.push_back({kernels::F::name, "s, t -> broadcast(s, t)", kernels::F::forward_text, kernels::F::backward_text});
+    TG_BINARY_OPS(TG_BINARY_ROW)
+#undef TG_BINARY_ROW
 #define TG_UNARY_ROW(op, F) t.push_back({kernels::F::name, "any", kernels::F::forward_text, kernels::F::backward_text});
     TG_UNARY_OPS(TG_UNARY_ROW)
 #undef TG_UNARY_ROW
     const std::vector<OpInfo> rest = {
-        {"softmax", "(n, m), along m", "y = exp(x - max) / sum exp(x - max), per row", "dx = y * (dy - sum_j dy*y)"},
-        {"cross_entropy", "z (B, V), t (B,) int -> () mean or sum, (B,) none", "loss = -log softmax(z)[t], reduced",
-         "dz = ((softmax(z) - onehot(t)) / B) * dy (mean; / 1 otherwise, times dy[i] per row for none)"},
+        {"clamp", "any", "y = min(max(x, lo), hi)", "dx = dy * [lo <= x <= hi]"},
+        {"where", "c (u8), a, b -> broadcast", "y = c ? a : b", "da = c ? dy : 0, db = c ? 0 : dy (summed over broadcast axes)"},
+        {"to", "any", "y = x in another dtype", "dx = dy in x's dtype (floating dtypes)"},
+        {"softmax", "any, along an axis", "y = exp(x - max) / sum exp(x - max)", "dx = y * (dy - sum(dy * y))"},
+        {"log_softmax", "any, along an axis", "y = (x - max) - log(sum exp(x - max))", "dx = dy - exp(y) * sum(dy)"},
+        {"cross_entropy", "z (..., V), t (...) int -> () mean or sum, (...) none",
+         "loss = -log_softmax(z)[t], 0 where t = ignore_index; mean over the others",
+         "dz = (softmax(z) - onehot(t)) * dy (/ count for the mean), 0 rows where ignored"},
         {"sum", "any -> ()", "y = sum of x", "dx = dy"},
         {"mean", "any -> ()", "y = sum of x / n", "dx = dy / n"},
+        {"sum_axes", "s -> s without the axes", "y = sum of x over the axes", "dx = dy broadcast back"},
+        {"mean_axes", "s -> s without the axes", "y = sum of x over the axes / count", "dx = dy broadcast back / count"},
+        {"max", "s -> s without the axis", "y = largest x along the axis", "dx = dy at the first largest, 0 elsewhere"},
         {"transpose", "(n, m) -> (m, n)", "y = x^T", "dx = dy^T"},
         {"reshape", "any -> s (same numel)", "y = x, reshaped", "dx = dy, reshaped back"},
+        {"permute", "s -> s permuted", "y = x with its axes reordered", "dx = dy with the inverse order"},
+        {"broadcast_to", "s -> t (s broadcasts to t)", "y = x repeated along broadcast axes", "dx = dy summed over them"},
+        {"slice", "(.., n, ..) -> (.., e - b, ..)", "y = x[.., b:e, ..]", "dx = dy in [b, e), 0 elsewhere"},
+        {"concat", "(.., n_i, ..) -> (.., sum n_i, ..)", "y = x_0, x_1, ... along the axis", "dx_i = dy's i-th piece"},
+        {"index_select", "(.., n, ..), ids (k,) -> (.., k, ..)", "y = x[.., ids, ..]", "dx[.., ids[j], ..] += dy[.., j, ..]"},
+        {"gather_axis", "x (.., n, ..), ids (.., k, ..) -> ids' shape", "y[.., j, ..] = x[.., ids[.., j, ..], ..]",
+         "dx[.., ids[.., j, ..], ..] += dy[.., j, ..]"},
         {"embedding_cross_entropy", "E (V, C), ids (B,), t (B,) int -> () or (B,)",
          "loss = cross_entropy(gather(E, ids), t)", "dE[ids[i]] += ((softmax(E[ids[i]]) - onehot(t[i])) / B) * dy"},
         {"value_embed_lookup", "W (P*V, D), ids (T,) int -> (P, T, D)", "y[p][i] = W[p*V + ids[i]]",
          "buffer[p*V + ids[i]] += dy[p][i] (W's gradient goes to the buffer)"},
+        // the fused attention (src/ops/fused/attention.cpp)
+        {"scaled_dot_product_attention", "q (B, H, Tq, d), k (B, H, Tk, d), v (B, H, Tk, dv) -> (B, H, Tq, dv)",
+         "y = softmax(s q k^T + causal mask) v per (B, H); s = 1/sqrt(d) by default",
+         "P = exp(s q k^T - lse), dv = P^T dy, dS = P * (dy v^T - rowsum(dy * y)), dq = s dS k, dk = s dS^T q"},
         // normalisation and dropout (ops/fused/norm.cpp, ops/fused/dropout.cpp)
         {"layer_norm", "x (..., C), w (C,), b (C,) -> (..., C); w, b optional",
          "y = xhat * w + b, xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps), per row of C",
@@ -41,6 +63,17 @@ const std::vector<OpInfo>& op_table() {
         {"dropout", "any", "y = x * mask / (1 - p), mask = Philox(seed, offset) >= p", "dx = dy * mask / (1 - p)"},
     };
     t.insert(t.end(), rest.begin(), rest.end());
+    // ---- images (N, C, H, W): conv.cpp
+    const std::vector<OpInfo> images = {
+        {"conv2d", "x (N, C, H, W), w (O, C, kh, kw), b (O,) -> (N, O, Ho, Wo), Ho = (H + 2p - kh) / s + 1",
+         "y[n, o] = b[o] + sum_c w[o, c] cross-correlated with x[n, c] (stride s, zero padding p)",
+         "dW = dY^T @ im2col(x), dx = col2im(dY @ W), db = sum of dy over N, Ho, Wo (dY = dy as (N*Ho*Wo, O) rows)"},
+        {"max_pool2d", "(N, C, H, W) -> (N, C, Ho, Wo), k x k windows, stride s, padding p <= k / 2",
+         "y = max of each window (padding -inf)", "dx[argmax of each window] += dy (the first max of a tie)"},
+        {"avg_pool2d", "(N, C, H, W) -> (N, C, Ho, Wo), k x k windows, stride s, padding p <= k / 2",
+         "y = sum of each window / k^2 (padding counts as 0)", "dx[every pixel of a window] += dy / k^2"},
+    };
+    t.insert(t.end(), images.begin(), images.end());
     return t;
   }();
   return table;

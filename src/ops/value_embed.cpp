@@ -143,7 +143,7 @@ Var value_embed_lookup(Var weight, Var ids, int planes, const ValueEmbedBuffer& 
   }
   const BackwardFn backward = [](BackwardContext& ctx) {
     // Note [the value-embed node and the engine]: the planes' gradient goes into the buffer only.
-    ValueEmbedBuffer buffer{ctx.saved(0), ctx.saved(1), ctx.node().n_inputs > 2 ? ctx.input(2) : Tensor()};
+    ValueEmbedBuffer buffer{ctx.saved(0), ctx.saved(1), ctx.node().inputs.size() > 2 ? ctx.input(2) : Tensor()};
     kernels::value_embed_accumulate(ctx.grad_output(), ctx.input(1),
                                     static_cast<ValueEmbedAccumulate>(static_cast<int>(ctx.scalar())), buffer);
   };

@@ -3,43 +3,49 @@
 #include "tapegrad/optim/adamw.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 
 namespace tapegrad::optim {
 namespace {
 
-// The shortest decimal text that reads back as `value` ("0.1", "1e-08").
-std::string shown(double value) {
-  char text[32];
-  const auto result = std::to_chars(text, text + sizeof text, value);
-  return std::string(text, result.ptr);
+// At a step, lr may be 0 (a schedule's end); the constructor wants it positive, as it always has.
+void check_config(const AdamWConfig& c, const std::string& where, bool at_step) {
+  check_lr("adamw", where, c.lr, at_step);
+  if (!(c.beta1 >= 0 && c.beta1 < 1)) refuse_hyperparameter("adamw", where, "beta1", c.beta1, "in [0, 1)");
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) refuse_hyperparameter("adamw", where, "beta2", c.beta2, "in [0, 1)");
+  check_nonnegative("adamw", where, "eps", c.eps);
+  check_nonnegative("adamw", where, "weight_decay", c.weight_decay);
 }
 
-void check_config(const AdamWConfig& c) {
-  auto refuse = [](const char* name, double value, const char* rule) {
-    throw Error(std::string("[adamw] ") + name + " must be " + rule + ", got " + shown(value));
-  };
-  if (!(std::isfinite(c.lr) && c.lr > 0)) refuse("lr", c.lr, "a positive finite number");
-  if (!(c.beta1 >= 0 && c.beta1 < 1)) refuse("beta1", c.beta1, "in [0, 1)");
-  if (!(c.beta2 >= 0 && c.beta2 < 1)) refuse("beta2", c.beta2, "in [0, 1)");
-  if (!(std::isfinite(c.eps) && c.eps >= 0)) refuse("eps", c.eps, "a finite number >= 0");
-  if (!(std::isfinite(c.weight_decay) && c.weight_decay >= 0))
-    refuse("weight_decay", c.weight_decay, "a finite number >= 0");
+AdamWConfig resolved(const GroupOptions& o, AdamWConfig c, size_t i) {
+  const char* foreign = o.momentum ? "momentum" : o.dampening ? "dampening" : o.nesterov ? "nesterov" : nullptr;
+  if (foreign)
+    throw Error("[adamw] group " + std::to_string(i) + " sets " + foreign + ", which AdamW does not have (SGD does)");
+  if (o.lr) c.lr = *o.lr;
+  if (o.beta1) c.beta1 = *o.beta1;
+  if (o.beta2) c.beta2 = *o.beta2;
+  if (o.eps) c.eps = *o.eps;
+  if (o.weight_decay) c.weight_decay = *o.weight_decay;
+  return c;
 }
 
 }  // namespace
 
-AdamW::AdamW(std::vector<Var> params, AdamWConfig config) : params_(std::move(params)), config_(config) {
-  check_config(config_);
+AdamW::AdamW(std::vector<Var> params, AdamWConfig config)
+    : AdamW(std::vector<ParamGroup>{ParamGroup{std::move(params), {}}}, config) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWConfig config) {
+  for (size_t i = 0; i < groups.size(); ++i) {
+    groups_.push_back(resolved(groups[i].options, config, i));
+    check_config(groups_.back(), group_where(i, groups.size()), false);
+  }
+  FlatGroups flat = flatten_groups("adamw", "AdamW", groups);
+  params_ = std::move(flat.params);
+  members_ = std::move(flat.members);
   m_.reserve(params_.size());
   v_.reserve(params_.size());
   for (size_t k = 0; k < params_.size(); ++k) {
     const Tensor& p = params_[k].value();
-    if (p.dtype() != DType::f32 && p.dtype() != DType::f64)
-      throw Error("[adamw] parameter " + std::to_string(k) +
-                  (params_[k].label().empty() ? "" : " ('" + params_[k].label() + "')") + " is " +
-                  dtype_name(p.dtype()) + "; AdamW updates f32 and f64 parameters");
     m_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
     v_.push_back(Tensor::zeros(p.shape(), p.dtype(), p.device()));
     const int64_t blocks = (p.numel() + kernels::adamw_zero_block - 1) / kernels::adamw_zero_block;
@@ -47,6 +53,11 @@ AdamW::AdamW(std::vector<Var> params, AdamWConfig config) : params_(std::move(pa
     zero_blocks_.emplace_back(tracked ? static_cast<size_t>(blocks) : 0, uint8_t{1});  // zeros so far
   }
   steps_.assign(params_.size(), 0);
+}
+
+void AdamW::set_lr(double lr) {
+  check_lr("adamw", "", lr, true);
+  for (AdamWConfig& c : groups_) c.lr = lr;
 }
 
 void AdamW::set_step_count(uint64_t t) {
@@ -60,34 +71,36 @@ void AdamW::set_moments(size_t k, const Tensor& m, const Tensor& v) {
   std::fill(zero_blocks_[k].begin(), zero_blocks_[k].end(), uint8_t{0});  // unknown until the next update
 }
 
-kernels::AdamWScalars AdamW::scalars(uint64_t t) const {
+kernels::AdamWScalars AdamW::scalars(uint64_t t, size_t group) const {
   // The f32 fields take the hyperparameters as fp32 values; bc1 and bc2 are computed in fp64 from
   // those values (bob's arithmetic), the f64 fields from the config's own.
-  const float lr = static_cast<float>(config_.lr), beta1 = static_cast<float>(config_.beta1),
-              beta2 = static_cast<float>(config_.beta2);
+  const AdamWConfig& c = groups_.at(group);
+  const float lr = static_cast<float>(c.lr), beta1 = static_cast<float>(c.beta1),
+              beta2 = static_cast<float>(c.beta2);
   const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
   kernels::AdamWScalars s{};
   s.lr = lr;
   s.beta1 = beta1;
   s.beta2 = beta2;
-  s.eps = static_cast<float>(config_.eps);
-  s.weight_decay = static_cast<float>(config_.weight_decay);
+  s.eps = static_cast<float>(c.eps);
+  s.weight_decay = static_cast<float>(c.weight_decay);
   s.step_size = static_cast<float>(static_cast<double>(lr) / bc1);
   s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  s.lr64 = config_.lr;
-  s.beta1_64 = config_.beta1;
-  s.beta2_64 = config_.beta2;
-  s.eps64 = config_.eps;
-  s.weight_decay64 = config_.weight_decay;
-  s.step_size64 = config_.lr / (1.0 - std::pow(config_.beta1, static_cast<double>(t)));
-  s.bc2_sqrt64 = std::sqrt(1.0 - std::pow(config_.beta2, static_cast<double>(t)));
+  s.lr64 = c.lr;
+  s.beta1_64 = c.beta1;
+  s.beta2_64 = c.beta2;
+  s.eps64 = c.eps;
+  s.weight_decay64 = c.weight_decay;
+  s.step_size64 = c.lr / (1.0 - std::pow(c.beta1, static_cast<double>(t)));
+  s.bc2_sqrt64 = std::sqrt(1.0 - std::pow(c.beta2, static_cast<double>(t)));
   return s;
 }
 
 void AdamW::step() {
+  for (size_t i = 0; i < groups_.size(); ++i) check_config(groups_[i], group_where(i, groups_.size()), true);
   ++t_;
-  update_all(nullptr);
+  update_all(-1);
 }
 
 // Note [AdamW in a captured graph]
@@ -104,16 +117,18 @@ void AdamW::write_schedule(uint64_t t, size_t n) {
     if (p.value().device() != device)
       throw Error("[adamw] a step schedule needs every parameter on one device; found " + device.str() + " and " +
                   p.value().device().str());
-  if (!schedule_.defined()) schedule_ = Tensor::zeros(Shape{static_cast<int64_t>(n), 2}, DType::f32, device);
+  const int64_t per_slot = 2 * static_cast<int64_t>(groups_.size());
+  if (!schedule_.defined()) schedule_ = Tensor::zeros(Shape{static_cast<int64_t>(n), per_slot}, DType::f32, device);
   if (static_cast<int64_t>(n) > schedule_.dim(0))
     throw Error("[adamw] the step schedule has " + std::to_string(schedule_.dim(0)) + " slots (a captured graph " +
                 "reads them, so it does not grow); " + std::to_string(n) + " were asked for");
   std::vector<float> host(static_cast<size_t>(schedule_.numel()), 0.0f);
-  for (size_t k = 0; k < n; ++k) {
-    const kernels::AdamWScalars s = scalars(t + k + 1);
-    host[2 * k] = s.step_size;
-    host[2 * k + 1] = s.bc2_sqrt;
-  }
+  for (size_t k = 0; k < n; ++k)
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      const kernels::AdamWScalars s = scalars(t + k + 1, i);
+      host[k * static_cast<size_t>(per_slot) + 2 * i] = s.step_size;
+      host[k * static_cast<size_t>(per_slot) + 2 * i + 1] = s.bc2_sqrt;
+    }
   schedule_.copy_from(Tensor::from_vector(host, schedule_.shape()));
 }
 
@@ -121,45 +136,101 @@ void AdamW::scheduled_step(size_t k) {
   if (!schedule_.defined() || static_cast<int64_t>(k) >= schedule_.dim(0))
     throw Error("[adamw] scheduled_step(" + std::to_string(k) + ") needs a step schedule with slot " +
                 std::to_string(k) + "; call write_schedule first");
-  kernels::AdamWScalars s = scalars(t_ + 1);  // the other scalars are fixed; these two are overridden
-  s.device_step_scalars = static_cast<const float*>(schedule_.raw_data()) + 2 * k;
-  update_all(&s);
+  update_all(static_cast<int64_t>(k));
 }
 
-void AdamW::update_all(const kernels::AdamWScalars* fixed) {
-  // Parameters without a gradient are left alone; the others go in one call per device and count
-  // (on CUDA, one launch per 16 parameters).
+void AdamW::update_all(int64_t slot) {
+  // Parameters without a gradient are left alone; the others go in one call per group, device and
+  // count (on CUDA, one launch per 16 parameters).
   const size_t n = params_.size();
   std::vector<Tensor> values(n);  // handles to the parameters' values (the same storage)
   std::vector<bool> pending(n, false);
   for (size_t k = 0; k < n; ++k) {
     values[k] = params_[k].value();
     pending[k] = params_[k].sparse_grad() != nullptr || params_[k].grad().defined();
-    if (pending[k] && !fixed) ++steps_[k];  // a scheduled (captured) update moves no count: the caller does
+    if (pending[k] && slot < 0) ++steps_[k];  // a scheduled (captured) update moves no count: the caller does
   }
   const Tensor none;
-  for (size_t first = 0; first < n; ++first) {
-    if (!pending[first]) continue;
-    std::vector<kernels::AdamWSlot> slots;
-    for (size_t k = first; k < n; ++k) {
-      if (!pending[k] || !(values[k].device() == values[first].device()) || steps_[k] != steps_[first]) continue;
-      const RowSparse* sparse = values[k].device().is_cpu() ? params_[k].sparse_grad() : nullptr;  // else dense
-      kernels::AdamWSlot slot{&values[k], sparse ? &none : &params_[k].grad(), &m_[k], &v_[k],
-                              zero_blocks_[k].empty() ? nullptr : zero_blocks_[k].data()};
-      if (sparse) {
-        slot.row_ids = &sparse->ids;
-        slot.rows = &sparse->rows;
+  for (size_t group = 0; group < groups_.size(); ++group) {
+    const std::vector<size_t>& members = members_[group];
+    for (size_t a = 0; a < members.size(); ++a) {
+      const size_t first = members[a];
+      if (!pending[first]) continue;
+      std::vector<kernels::AdamWSlot> slots;
+      for (size_t b = a; b < members.size(); ++b) {
+        const size_t k = members[b];
+        if (!pending[k] || !(values[k].device() == values[first].device()) || steps_[k] != steps_[first]) continue;
+        const RowSparse* sparse = values[k].device().is_cpu() ? params_[k].sparse_grad() : nullptr;  // else dense
+        kernels::AdamWSlot entry{&values[k], sparse ? &none : &params_[k].grad(), &m_[k], &v_[k],
+                                 zero_blocks_[k].empty() ? nullptr : zero_blocks_[k].data()};
+        if (sparse) {
+          entry.row_ids = &sparse->ids;
+          entry.rows = &sparse->rows;
+        }
+        slots.push_back(entry);
+        pending[k] = false;
       }
-      slots.push_back(slot);
-      pending[k] = false;
-    }
-    kernels::adamw_step_many(slots, fixed ? *fixed : scalars(steps_[first]));
-    for (const kernels::AdamWSlot& slot : slots) {
-      slot.param->mark_modified();
-      slot.m->mark_modified();
-      slot.v->mark_modified();
+      kernels::AdamWScalars s = scalars(slot < 0 ? steps_[first] : t_ + 1, group);
+      if (slot >= 0)  // the other scalars are fixed at capture; these two are read when the kernel runs
+        s.device_step_scalars = static_cast<const float*>(schedule_.raw_data()) + slot * schedule_.dim(1) +
+                                2 * static_cast<int64_t>(group);
+      kernels::adamw_step_many(slots, s);
+      for (const kernels::AdamWSlot& entry : slots) {
+        entry.param->mark_modified();
+        entry.m->mark_modified();
+        entry.v->mark_modified();
+      }
     }
   }
+}
+
+// ---- state
+
+NamedTensors AdamW::state_tensors() const {
+  NamedTensors out;
+  out.emplace_back("adamw.step", count_tensor(t_));
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const std::string prefix = "adamw.group." + std::to_string(i) + ".";
+    out.emplace_back(prefix + "params", index_tensor(members_[i]));
+    out.emplace_back(prefix + "lr", real_tensor(groups_[i].lr));
+    out.emplace_back(prefix + "beta1", real_tensor(groups_[i].beta1));
+    out.emplace_back(prefix + "beta2", real_tensor(groups_[i].beta2));
+    out.emplace_back(prefix + "eps", real_tensor(groups_[i].eps));
+    out.emplace_back(prefix + "weight_decay", real_tensor(groups_[i].weight_decay));
+  }
+  for (size_t k = 0; k < params_.size(); ++k) {
+    out.emplace_back("adamw.step." + std::to_string(k), count_tensor(steps_[k]));
+    out.emplace_back("adamw.m." + std::to_string(k), m_[k].clone());
+    out.emplace_back("adamw.v." + std::to_string(k), v_[k].clone());
+  }
+  return out;
+}
+
+void AdamW::load_state(const NamedTensors& state) {
+  StateReader in("adamw", state);
+  const uint64_t t = in.count("adamw.step");
+  std::vector<AdamWConfig> groups(groups_.size());
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const std::string prefix = "adamw.group." + std::to_string(i) + ".";
+    in.group_members(prefix + "params", members_[i], i);
+    groups[i] = {.lr = in.real(prefix + "lr"), .beta1 = in.real(prefix + "beta1"), .beta2 = in.real(prefix + "beta2"),
+                 .eps = in.real(prefix + "eps"), .weight_decay = in.real(prefix + "weight_decay")};
+    check_config(groups[i], "load_state: group " + std::to_string(i) + ": ", true);
+  }
+  std::vector<uint64_t> steps(params_.size());
+  std::vector<const Tensor*> moments;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const Tensor& p = params_[k].value();
+    steps[k] = in.count("adamw.step." + std::to_string(k));
+    moments.push_back(&in.tensor("adamw.m." + std::to_string(k), p.shape(), p.dtype()));
+    moments.push_back(&in.tensor("adamw.v." + std::to_string(k), p.shape(), p.dtype()));
+  }
+  in.finish();
+  // everything checked: now the state changes
+  t_ = t;
+  steps_ = std::move(steps);
+  groups_ = std::move(groups);
+  for (size_t k = 0; k < params_.size(); ++k) set_moments(k, *moments[2 * k], *moments[2 * k + 1]);
 }
 
 }  // namespace tapegrad::optim

@@ -15,6 +15,8 @@
 // The moments M and V live on each parameter's device, in its dtype. A row-sparse gradient
 // (Var::sparse_grad) is read as it is on the CPU: the rows it does not name get the update of a
 // +0 gradient.
+// Parameter groups (param_group.hpp) each have their own hyperparameters, read at every step():
+// set_lr (or a schedule, schedule.hpp) changes them between steps without a new optimizer.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,8 @@
 
 #include "tapegrad/graph/graph.hpp"
 #include "tapegrad/kernels/kernels.hpp"
+#include "tapegrad/optim/param_group.hpp"
+#include "tapegrad/optim/state.hpp"
 
 namespace tapegrad::optim {
 
@@ -37,17 +41,38 @@ class AdamW {
  public:
   // Throws tapegrad::Error naming the hyperparameter (lr must be positive and finite, the betas in
   // [0, 1), eps and weight_decay finite and >= 0) or the parameter that is not f32 or f64.
-  AdamW(std::vector<Var> params, AdamWConfig config);
+  AdamW(std::vector<Var> params, AdamWConfig config);  // one group
+  // Groups: each unset option takes `config`'s value; an option AdamW lacks (momentum) is refused,
+  // and so is a parameter in two groups ("[adamw] group 1: weight_decay must be ...").
+  AdamW(std::vector<ParamGroup> groups, AdamWConfig config);
 
-  // One update of every parameter that has a gradient; each such parameter's count goes up by one.
+  // One update of every parameter that has a gradient, with its group's hyperparameters as they
+  // are now; each such parameter's count goes up by one.
   void step();
 
-  // The scalars the kernel gets for a parameter's update number t (t >= 1): the config and the
-  // bias corrections (rounded to fp32 for the f32 fields).
-  kernels::AdamWScalars scalars(uint64_t t) const;
+  // The scalars the kernel gets for update number t (t >= 1) of a parameter of `group`: its
+  // hyperparameters and the bias corrections (rounded to fp32 for the f32 fields).
+  kernels::AdamWScalars scalars(uint64_t t, size_t group = 0) const;
 
-  // ---- state, for checkpoints: the step() calls made, each parameter's own count, and parameter
-  // k's moments (same shape, dtype and device as the parameter). Write the moments only through
+  // ---- hyperparameters, per group: written between steps, checked at the next step() (where lr
+  // may be 0, the end of a schedule; the constructor wants it positive)
+  size_t group_count() const { return groups_.size(); }
+  AdamWConfig& group(size_t i) { return groups_.at(i); }
+  const AdamWConfig& group(size_t i) const { return groups_.at(i); }
+  const std::vector<size_t>& group_parameters(size_t i) const { return members_.at(i); }  // indices into parameters()
+  void set_lr(double lr);  // every group's; finite and >= 0
+  double lr(size_t group = 0) const { return groups_.at(group).lr; }
+
+  // ---- the whole state as named tensors (state.hpp), copies: "adamw.step" (step() calls), per
+  // group i "adamw.group.<i>.params" (its parameters' indices, (n,) i64) and ".lr", ".beta1",
+  // ".beta2", ".eps", ".weight_decay", per parameter k "adamw.step.<k>", "adamw.m.<k>",
+  // "adamw.v.<k>". load_state takes them back bit for bit into an optimizer over parameters of the
+  // same shapes and dtypes in the same groups, or refuses by name and changes nothing.
+  NamedTensors state_tensors() const;
+  void load_state(const NamedTensors& state);
+
+  // ---- the same state piece by piece (what bob's checkpoints use): the step() calls made, each
+  // parameter's own count, and parameter k's moments (same shape, dtype and device as the parameter). Write the moments only through
   // set_moments: on the CPU the optimizer keeps track of where they are zero (Note [adamw zero
   // blocks] in src/kernels/cpu/elementwise.cpp), and a write behind its back would leave that out
   // of date.
@@ -65,7 +90,9 @@ class AdamW {
   // parameters' device, made by the first call with n slots and never moved (a captured graph holds
   // its address). Call it before capturing, and before each replay. Throws if n exceeds the table.
   // A captured update gives every parameter with a gradient these scalars (their own counts do not
-  // apply, and do not move: set them after the replay with set_step_count).
+  // apply, and do not move: set them after the replay with set_step_count). The table holds them
+  // per group, from each group's lr when written; the other scalars are those at capture, so
+  // change hyperparameters only with a new capture.
   void write_schedule(uint64_t t, size_t n);
   // The update of every parameter with a gradient, its step scalars read from slot k of that table
   // when the kernel runs: what a captured body calls. It does not move the step count; the caller
@@ -73,21 +100,23 @@ class AdamW {
   void scheduled_step(size_t k);
 
   const std::vector<Var>& parameters() const { return params_; }
-  const AdamWConfig& config() const { return config_; }
+  const AdamWConfig& config() const { return groups_.front(); }  // group 0's hyperparameters
 
  private:
   std::vector<Var> params_;
-  AdamWConfig config_;
+  std::vector<AdamWConfig> groups_;          // each group's hyperparameters, now
+  std::vector<std::vector<size_t>> members_;  // each group's parameters (indices into params_)
   std::vector<Tensor> m_, v_;
   // per CPU parameter, a flag per block of kernels::adamw_zero_block elements: 1 where m and v are
   // known to be all +0 (empty for parameters on other devices)
   std::vector<std::vector<uint8_t>> zero_blocks_;
   uint64_t t_ = 0;              // step() calls
   std::vector<uint64_t> steps_;  // per parameter: the updates it has had
-  Tensor schedule_;  // (slots, 2) f32 on the parameters' device: (step_size, bc2_sqrt) per slot
+  Tensor schedule_;  // (slots, 2 * groups) f32 on the parameters' device: (step_size, bc2_sqrt) per slot and group
 
-  // Parameters with a gradient: each with its own count's scalars, or all with `fixed` (a schedule).
-  void update_all(const kernels::AdamWScalars* fixed);
+  // Parameters with a gradient: each with its own count's scalars, or with its group's scalars from
+  // slot `slot` of the schedule (a captured update) when slot >= 0.
+  void update_all(int64_t slot);
 };
 
 }  // namespace tapegrad::optim

@@ -34,7 +34,7 @@ void SparseSGD::step(Tensor table, const ops::PulledRows& pulled) const {
 }
 
 SparseAdamW::SparseAdamW(const Tensor& table, AdamWConfig config)
-    : dense_({}, config),
+    : dense_(std::vector<Var>{}, config),
       m_(Tensor::zeros(table.shape(), DType::f32, table.device())),
       v_(Tensor::zeros(table.shape(), DType::f32, table.device())) {}
 

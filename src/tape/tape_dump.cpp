@@ -126,7 +126,7 @@ json::Value value_json(const Graph& g, int32_t id, size_t index, const std::vect
   json::Value::Array inputs;
   if (node >= 0) {
     const Node& n = g.nodes()[static_cast<size_t>(node)];
-    for (int k = 0; k < n.n_inputs; ++k) inputs.emplace_back(n.inputs[static_cast<size_t>(k)]);
+    for (int k = 0; k < n.inputs.size(); ++k) inputs.emplace_back(n.inputs[k]);
     e.set("op", n.op);
     e.set("node", node);
   } else {
@@ -206,7 +206,7 @@ json::Value backward_json(const Graph& g, const BackwardRecord& record, const Du
   for (const GradEvent& ev : record.events) {
     check_node(ev.node);
     const Node& n = g.nodes()[static_cast<size_t>(ev.node)];
-    if (ev.input_slot < 0 || ev.input_slot >= n.n_inputs || n.inputs[static_cast<size_t>(ev.input_slot)] != ev.to_value)
+    if (ev.input_slot < 0 || ev.input_slot >= n.inputs.size() || n.inputs[ev.input_slot] != ev.to_value)
       throw Error("[tape_dump] the backward record does not match this tape: node " + std::to_string(ev.node) +
                   " (" + n.op + ") has no input " + std::to_string(ev.to_value) + " in slot " +
                   std::to_string(ev.input_slot) + "; dump the graph the record was made on");

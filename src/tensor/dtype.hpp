@@ -1,6 +1,6 @@
 // Element types and devices: every tensor names both from the moment it exists.
 //
-// f64, f32 and i32/i64 are computed on the CPU; bf16 and f16 are storage types (the value-embed
+// f64, f32, i32/i64 and u8 (masks) are computed on the CPU; bf16 and f16 are storage types (the value-embed
 // path keeps weights in bf16 and its gradient buffer in f16) that kernels widen to f32 to compute.
 #pragma once
 
@@ -11,13 +11,15 @@
 
 namespace tapegrad {
 
-enum class DType : uint8_t { f64, f32, bf16, f16, i32, i64 };
+// u8 holds masks (comparisons, causal masks: 0 or 1) and bytes; it takes no gradient.
+enum class DType : uint8_t { f64, f32, bf16, f16, i32, i64, u8 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
     case DType::f64: case DType::i64: return 8;
     case DType::f32: case DType::i32: return 4;
     case DType::bf16: case DType::f16: return 2;
+    case DType::u8: return 1;
   }
   return 0;
 }
@@ -30,6 +32,7 @@ constexpr const char* dtype_name(DType t) {
     case DType::f16: return "f16";
     case DType::i32: return "i32";
     case DType::i64: return "i64";
+    case DType::u8: return "u8";
   }
   return "?";
 }
@@ -42,6 +45,7 @@ template <> constexpr DType dtype_of<double>() { return DType::f64; }
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
+template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
 
 enum class DeviceType : uint8_t { cpu, cuda };
 

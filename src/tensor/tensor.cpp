@@ -245,6 +245,7 @@ Tensor Tensor::from_doubles(const std::vector<double>& values, const Shape& shap
       case DType::f16: static_cast<uint16_t*>(t.raw_data())[i] = f32_to_f16(static_cast<float>(v)); break;
       case DType::i32: static_cast<int32_t*>(t.raw_data())[i] = static_cast<int32_t>(v); break;
       case DType::i64: static_cast<int64_t*>(t.raw_data())[i] = static_cast<int64_t>(v); break;
+      case DType::u8: static_cast<uint8_t*>(t.raw_data())[i] = static_cast<uint8_t>(v); break;
     }
   }
   return device.is_cpu() ? t : t.to(device);
@@ -297,6 +298,7 @@ std::vector<double> Tensor::to_doubles() const {
       case DType::f16: out[i] = f16_to_f32(static_cast<const uint16_t*>(p)[i]); break;
       case DType::i32: out[i] = static_cast<const int32_t*>(p)[i]; break;
       case DType::i64: out[i] = static_cast<double>(static_cast<const int64_t*>(p)[i]); break;
+      case DType::u8: out[i] = static_cast<const uint8_t*>(p)[i]; break;
     }
   }
   return out;

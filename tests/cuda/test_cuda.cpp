@@ -29,8 +29,12 @@
 #include "tapegrad/kernels/kernels.hpp"
 #include "tapegrad/ops/ops.hpp"
 #include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
+#include "tapegrad/ops/fused/attention.hpp"
 #include "tapegrad/optim/adamw.hpp"
 #include "tapegrad/optim/sgd.hpp"
+// parameter groups, gradient transforms, optimizer state
+#include "optim/gradients.hpp"
+#include "tapegrad/optim/clip.hpp"
 
 using namespace tapegrad;
 using kernels::Binary;
@@ -731,6 +735,229 @@ TEST_CASE("[gpu] every case of the op-case table: CUDA against the CPU, forward 
       for (size_t k = 0; k < cpu.size(); ++k)
         check_close(cpu[k], gpu[k], dtype == DType::f64 ? 1e-13 : 2e-6, what + (k ? " gradient " + std::to_string(k) : " forward"));
     }
+  }
+}
+
+// The N-d kernels' other launch paths, which the op cases' small shapes do not reach: packed loops
+// and their tails, packed broadcasts, reductions a warp per output, in pieces, and element by element.
+TEST_CASE("[gpu] N-d kernels on large and odd shapes: CUDA against the CPU") {
+  for (const DType dt : {DType::f64, DType::f32}) {
+    const double tol = dt == DType::f64 ? 1e-13 : 2e-6;
+    for (const Shape& s : {Shape{1001}, Shape{64, 128}, Shape{63, 127}, Shape{3, 5, 1024}}) {
+      const Tensor a = random(s, dt), b = random(s, dt);
+      Shape row_shape{s[s.ndim() - 1]};
+      const Tensor row = random(row_shape, dt);
+      for (const kernels::Binary op : {kernels::Binary::add, kernels::Binary::mul, kernels::Binary::maximum}) {
+        for (const Tensor* other : {&b, &row}) {
+          Tensor c = Tensor::empty(s, dt), g = Tensor::empty(s, dt, kGpu);
+          kernels::binary(op, a, *other, c);
+          kernels::binary(op, a.to(kGpu), other->to(kGpu), g);
+          check_close(c, g, tol, std::string(kernels::binary_name(op)) + " " + s.str() + " by " + other->shape().str());
+        }
+      }
+      Tensor c = Tensor::empty(s, dt), g = Tensor::empty(s, dt, kGpu);
+      kernels::unary(kernels::Unary::tanh, a, c);
+      kernels::unary(kernels::Unary::tanh, a.to(kGpu), g);
+      check_close(c, g, tol, "tanh " + s.str());
+    }
+    // reductions: over the first axis (pieces), the last (a warp per output), a middle one (one thread)
+    for (const auto& [shape, kept] : {std::pair{Shape{5000, 37}, Shape{1, 37}}, std::pair{Shape{37, 5000}, Shape{37, 1}},
+                                      std::pair{Shape{6, 300, 7}, Shape{6, 1, 7}}, std::pair{Shape{300, 9}, Shape{1, 1}}}) {
+      const Tensor x = random(shape, dt);
+      for (const kernels::Reduce op : {kernels::Reduce::sum, kernels::Reduce::mean, kernels::Reduce::max}) {
+        Tensor c = Tensor::empty(kept, dt), g = Tensor::empty(kept, dt, kGpu);
+        kernels::reduce(op, x, kept, c);
+        kernels::reduce(op, x.to(kGpu), kept, g);
+        check_close(c, g, tol, "reduce " + std::to_string(static_cast<int>(op)) + " " + shape.str() + " to " + kept.str());
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// the fused attention (src/cuda/attention.cu) past one tile of 64
+
+// scaled_dot_product_attention on CUDA against the CPU at T = 300 (five tiles, the last partial),
+// hd = 64, causal and not, Tq != Tk both ways, dv != d, a head that takes the flash kernels' D = 128,
+// one past 128 (the reference kernels in f32 too) and an odd one: the forward and every gradient,
+// and the same bits from a second run.
+TEST_CASE("[gpu] scaled_dot_product_attention at T = 300, hd = 64 and other sizes: CUDA against the CPU") {
+  struct Size {
+    int64_t b, h, tq, tk, d, dv;
+    bool causal;
+  };
+  const Size sizes[] = {{2, 3, 300, 300, 64, 64, false}, {2, 3, 300, 300, 64, 64, true}, {1, 2, 100, 300, 64, 64, false},
+                        {1, 2, 300, 77, 64, 48, false},  {1, 2, 130, 130, 128, 96, true}, {1, 1, 70, 70, 160, 3, true},
+                        {1, 1, 65, 65, 7, 5, true}};
+  for (const Size& s : sizes) {
+    for (DType dtype : kFloats) {
+      char label[96];
+      std::snprintf(label, sizeof label, "(%lld, %lld, Tq %lld, Tk %lld, d %lld, dv %lld)%s %s", static_cast<long long>(s.b),
+                    static_cast<long long>(s.h), static_cast<long long>(s.tq), static_cast<long long>(s.tk),
+                    static_cast<long long>(s.d), static_cast<long long>(s.dv), s.causal ? " causal" : "", name(dtype));
+      const std::string what = label;
+      const Tensor q = random({s.b, s.h, s.tq, s.d}, dtype, -1, 1), k = random({s.b, s.h, s.tk, s.d}, dtype, -1, 1);
+      const Tensor v = random({s.b, s.h, s.tk, s.dv}, dtype, -1, 1), r = random({s.b, s.h, s.tq, s.dv}, dtype, -1, 1);
+      auto run = [&](Device device) {
+        Graph g;
+        Var vq = g.parameter(q.to(device)), vk = g.parameter(k.to(device)), vv = g.parameter(v.to(device));
+        Var y = ops::scaled_dot_product_attention(vq, vk, vv, s.causal);
+        g.backward(ops::sum(ops::mul(y, g.input(r.to(device)))));
+        return std::vector<Tensor>{y.value().to(kCpu), vq.grad().to(kCpu), vk.grad().to(kCpu), vv.grad().to(kCpu)};
+      };
+      const std::vector<Tensor> cpu = run(kCpu), gpu = run(kGpu), again = run(kGpu);
+      const std::string parts[] = {" forward", " dq", " dk", " dv"};
+      for (size_t i = 0; i < 4; ++i) {
+        check_bits(gpu[i], again[i], what + parts[i] + ": the same bits on every run");
+        check_close(cpu[i], gpu[i], dtype == DType::f64 ? 1e-13 : 5e-6, what + parts[i]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// GPU: SGD with momentum, gradient transforms, parameter groups, optimizer state (src/optim)
+
+TEST_CASE("[gpu] SGD with momentum and the sum of squares give the CPU's bits") {
+  const kernels::SGDScalars configs[] = {
+      {.lr = 0.1, .momentum = 0.9, .first_step = true},
+      {.lr = 0.1, .momentum = 0.9, .dampening = 0.2, .weight_decay = 0.01},
+      {.lr = 0.05, .momentum = 0.8, .weight_decay = 0.1, .nesterov = true},
+      {.lr = 0.3, .weight_decay = 0.5},
+  };
+  for (DType t : kFloats)
+    for (const kernels::SGDScalars& s : configs) {
+      std::vector<Tensor> args{random(Shape{5, 333}, t), random(Shape{5, 333}, t), random(Shape{5, 333}, t)};
+      auto back = run_both(args, [&s](std::vector<Tensor>& a) { kernels::sgd_momentum_step(a[0], a[1], a[2], s); });
+      const std::string what = std::string(name(t)) + " sgd, momentum " + std::to_string(s.momentum);
+      check_bits(args[0], back[0], what + ": p");
+      check_bits(args[2], back[2], what + ": buf");
+    }
+  // Note [sum of squares order]: lanes and their tree across blocks, at the sizes where they change
+  for (DType t : kFloats)
+    for (int64_t n : {0, 1, 255, 256, 8191, 8193, 70001, 3000001, 9000001}) {
+      std::vector<Tensor> args{random(Shape{n}, t, -30.0, 30.0), poisoned(Shape{3}, DType::f64)};
+      auto back = run_both(args, [](std::vector<Tensor>& a) { kernels::sum_squares(a[0], a[1], 1); });
+      check_bits(args[1], back[1], std::string(name(t)) + " sum_squares of " + std::to_string(n));
+    }
+}
+
+namespace {
+
+// Two parameters given the same gradients on either device (gradients.hpp: exact on both).
+struct GivenGradients {
+  Graph g;
+  Var w, b;
+  GivenGradients(Device dev, DType t, const std::vector<Tensor>& init)
+      : w(g.parameter(init[0].clone().to(dev), "w")), b(g.parameter(init[1].clone().to(dev), "b")) {
+    REQUIRE(w.dtype() == t);
+  }
+  void give(const std::vector<Tensor>& grads) {
+    testing::give_gradients(g, {{w, grads[0].to_doubles()}, {b, grads[1].to_doubles()}});
+  }
+};
+
+}  // namespace
+
+TEST_CASE("[gpu] clip_grad_norm, grouped SGD and AdamW on CUDA give the CPU's bits, state moved across") {
+  for (DType t : kFloats) {
+    INFO(name(t));
+    const std::vector<Tensor> init{random(Shape{40, 70}, t), random(Shape{70}, t)};
+    GivenGradients cpu_model(kCpu, t, init), gpu_model(kGpu, t, init);
+    auto groups = [](GivenGradients& m) { return optim::decay_groups({m.w, m.b}, 0.05); };
+    optim::SGD cpu_sgd(groups(cpu_model), {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+    optim::SGD gpu_sgd(groups(gpu_model), {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+    for (int step = 0; step < 3; ++step) {
+      const std::vector<Tensor> grads{random(Shape{40, 70}, t), random(Shape{70}, t)};
+      cpu_model.give(grads);
+      gpu_model.give(grads);
+      const double cpu_norm = optim::clip_grad_norm({cpu_model.w, cpu_model.b}, 5.0);
+      const double gpu_norm = optim::clip_grad_norm({gpu_model.w, gpu_model.b}, 5.0);
+      CHECK_MESSAGE(std::memcmp(&cpu_norm, &gpu_norm, sizeof cpu_norm) == 0, cpu_norm, " vs ", gpu_norm);
+      check_bits(cpu_model.w.grad(), gpu_model.w.grad().to(kCpu), "clipped w grad, step " + std::to_string(step));
+      cpu_sgd.set_lr(0.1 / (step + 1));
+      gpu_sgd.set_lr(0.1 / (step + 1));
+      cpu_sgd.step();
+      gpu_sgd.step();
+      check_bits(cpu_model.w.value(), gpu_model.w.value().to(kCpu), "w after sgd step " + std::to_string(step));
+      check_bits(cpu_model.b.value(), gpu_model.b.value().to(kCpu), "b after sgd step " + std::to_string(step));
+    }
+    // The GPU's SGD state loaded into a fresh CPU optimizer carries on with the same bits.
+    GivenGradients resumed(kCpu, t, {gpu_model.w.value().to(kCpu), gpu_model.b.value().to(kCpu)});
+    optim::SGD resumed_sgd(groups(resumed), {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+    resumed_sgd.load_state(gpu_sgd.state_tensors());
+    const std::vector<Tensor> grads{random(Shape{40, 70}, t), random(Shape{70}, t)};
+    resumed.give(grads);
+    gpu_model.give(grads);
+    resumed_sgd.step();
+    gpu_sgd.step();
+    check_bits(resumed.w.value(), gpu_model.w.value().to(kCpu), "w after the resumed step");
+  }
+  // AdamW (f32 on CUDA): two groups, lr changed between steps, state moved from the GPU to the CPU
+  const std::vector<Tensor> init{random(Shape{40, 70}, DType::f32), random(Shape{70}, DType::f32)};
+  GivenGradients cpu_model(kCpu, DType::f32, init), gpu_model(kGpu, DType::f32, init);
+  const optim::AdamWConfig config{.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8};
+  optim::AdamW cpu_adamw(optim::decay_groups({cpu_model.w, cpu_model.b}, 0.1), config);
+  optim::AdamW gpu_adamw(optim::decay_groups({gpu_model.w, gpu_model.b}, 0.1), config);
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<Tensor> grads{random(Shape{40, 70}, DType::f32), random(Shape{70}, DType::f32)};
+    cpu_model.give(grads);
+    gpu_model.give(grads);
+    cpu_adamw.set_lr(0.01 * (step + 1));
+    gpu_adamw.set_lr(0.01 * (step + 1));
+    cpu_adamw.step();
+    gpu_adamw.step();
+    check_bits(cpu_model.w.value(), gpu_model.w.value().to(kCpu), "w after adamw step " + std::to_string(step));
+    check_bits(cpu_model.b.value(), gpu_model.b.value().to(kCpu), "b after adamw step " + std::to_string(step));
+  }
+  cpu_adamw.load_state(gpu_adamw.state_tensors());  // the same state: a no-op in bits
+  const std::vector<Tensor> grads{random(Shape{40, 70}, DType::f32), random(Shape{70}, DType::f32)};
+  cpu_model.give(grads);
+  gpu_model.give(grads);
+  cpu_adamw.step();
+  gpu_adamw.step();
+  check_bits(cpu_model.w.value(), gpu_model.w.value().to(kCpu), "w after the step from the loaded state");
+  check_bits(cpu_adamw.m(0), gpu_adamw.m(0).to(kCpu), "m after the step from the loaded state");
+}
+
+TEST_CASE("[gpu] a captured AdamW update of two groups replays its steps bit for bit") {
+  constexpr size_t kUpdates = 4;
+  const Tensor w0 = random(Shape{16, 16}, DType::f32, -0.1, 0.1), b0 = random(Shape{16}, DType::f32, -0.1, 0.1);
+  const Tensor x = index_tensor({1, 3, 1, 0, 5, 7, 2}, DType::i32).to(kGpu);
+  const Tensor y = index_tensor({2, 0, 2, 6, 1, 9, 4}, DType::i32).to(kGpu);
+  struct Learner {
+    Graph g;
+    Var w, b;
+    optim::AdamW adamw;
+    Learner(const Tensor& w0, const Tensor& b0)
+        : w(g.parameter(w0.to(kGpu), "w")),
+          b(g.parameter(b0.to(kGpu), "b")),
+          adamw({{{w}, {.lr = 0.05, .weight_decay = 0.1}}, {{b}, {.lr = 0.02, .weight_decay = 0.0}}},
+                {.beta1 = 0.9, .beta2 = 0.95}) {}
+    void forward_backward(const Tensor& x, const Tensor& y) {
+      g.zero_grad();
+      g.clear();
+      g.backward(ops::cross_entropy(ops::add_row(ops::gather(w, g.input(x)), b), g.input(y)));
+    }
+  };
+  Learner eager(w0, b0), captured(w0, b0);
+  captured.adamw.write_schedule(0, kUpdates);
+  std::unique_ptr<CapturedGraph> graph = capture(kGpu, [&] {
+    for (size_t k = 0; k < kUpdates; ++k) {
+      captured.forward_backward(x, y);
+      captured.adamw.scheduled_step(k);
+    }
+  });
+  for (uint64_t round = 0; round < 3; ++round) {
+    captured.adamw.write_schedule(round * kUpdates, kUpdates);
+    graph->replay();
+    for (size_t k = 0; k < kUpdates; ++k) {
+      eager.forward_backward(x, y);
+      eager.adamw.step();
+    }
+    check_bits(eager.w.value().to(kCpu), captured.w.value().to(kCpu), "w after round " + std::to_string(round));
+    check_bits(eager.b.value().to(kCpu), captured.b.value().to(kCpu), "b after round " + std::to_string(round));
+    check_bits(eager.adamw.v(1).to(kCpu), captured.adamw.v(1).to(kCpu), "v of b after round " + std::to_string(round));
   }
 }
 

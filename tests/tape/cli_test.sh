@@ -88,7 +88,7 @@ expect_refusal version "is a tape dump of version 2; this tape reads version 1 o
 expect_refusal format "is not a tape dump: it has no \"format\": \"tapegrad-tape\"" "$TAPE" show "$work/other.json"
 expect_refusal mode "backward.events[7].kind is \"overwritten\" but the dump's mode is \"accumulate\"" \
   "$TAPE" show "$work/mode.json"
-expect_refusal dtype "values[0].dtype must be one of \"f64\", \"f32\", \"bf16\", \"f16\", \"i32\", \"i64\", got \"f65\"" \
+expect_refusal dtype "values[0].dtype must be one of \"f64\", \"f32\", \"bf16\", \"f16\", \"i32\", \"i64\", \"u8\", got \"f65\"" \
   "$TAPE" show "$work/dtype.json"
 expect_refusal missing "[tape] cannot read $work/nope.json" "$TAPE" show "$work/nope.json"
 expect_refusal html_second_bad "is a tape dump of version 2" "$TAPE" html "$work/good.json" "$work/v2.json" -o "$work/page.html"

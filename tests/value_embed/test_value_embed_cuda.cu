@@ -205,7 +205,7 @@ TEST_CASE("[gpu] the training path through the engine: the atomic backward reach
     ValueEmbedBuffer buffer = ValueEmbedBuffer::zeros(table.value(), planes, DType::f32);
     CHECK(buffer.workspace.defined() == device.is_cuda());
     Var y = ops::value_embed_lookup(table, g.input(ids.to(device)), planes, buffer, {kAtomic, std::nullopt});
-    CHECK(g.nodes().back().n_inputs == (device.is_cuda() ? 3 : 2));  // the workspace rides as an input
+    CHECK(g.nodes().back().inputs.size() == (device.is_cuda() ? 3 : 2));  // the workspace rides as an input
     g.backward(ops::sum(ops::mul(y, g.input(r.to(device)))));
     CHECK_FALSE(table.grad().defined());
     return buffer.sum.to(kCpu);

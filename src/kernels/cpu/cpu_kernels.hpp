@@ -10,6 +10,7 @@ namespace tapegrad::cpu {
 
 using kernels::AdamWScalars;
 using kernels::Binary;
+using kernels::Reduce;
 using kernels::Unary;
 
 #include "tapegrad/kernels/device_kernels.inc"
@@ -21,5 +22,7 @@ void cross_entropy_of_rows(const Tensor& table, const Tensor& rows, const Tensor
 void cross_entropy_backward_of_rows(const Tensor& probs, const Tensor& row_of, const Tensor& targets,
                                     const Tensor& dloss, double divisor, Tensor& dlogits, int64_t row_begin);
 void adamw_step(const kernels::AdamWSlot& slot, const AdamWScalars& s);
+// binary's broadcasting path (cpu/strided.cpp), which its flat path hands unequal shapes to
+void binary_walk(Binary op, const Tensor& a, const Tensor& b, Tensor& out);
 
 }  // namespace tapegrad::cpu

@@ -65,7 +65,10 @@ void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy
   });
 }
 
+// Equal shapes: add, sub, mul and div as xtensor expressions over flat ranges; anything else (the
+// other ops, broadcasting) walks (cpu/strided.cpp).
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
+  if (!(a.shape() == b.shape()) || op > Binary::div) return binary_walk(op, a, b, out);
   dispatch_float(kernels::binary_name(op), a.dtype(), [&]<class T>() {
     const Work work = op == Binary::div ? Work::arithmetic : Work::streaming;
     parallel_for(out.numel(), chunk_for(out.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
@@ -77,6 +80,7 @@ void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
         case Binary::sub: xt::noalias(O) = A - B; break;
         case Binary::mul: xt::noalias(O) = A * B; break;
         case Binary::div: xt::noalias(O) = A / B; break;
+        default: break;
       }
     });
   });

@@ -1,0 +1,154 @@
+// CUDA log-softmax rows and the library's cross-entropy over them: the contracts of
+// src/kernels/cpu/log_softmax.cpp (Note [log-sum-exp rows] there), one block per row. The row
+// sums run over the block's threads and a fixed tree, so they are deterministic, but not in the
+// CPU's left-to-right order: results agree with the CPU's to rounding.
+#include "tapegrad/cuda/common.cuh"
+#include "tapegrad/cuda/cuda_kernels.hpp"
+#include "tapegrad/kernels/unary_ops.hpp"
+
+namespace tapegrad::cuda {
+
+namespace {
+
+constexpr int kRowBlock = 256;
+
+// The block's max (NaN wins) or sum of v, returned to every thread; `shared` holds kRowBlock doubles.
+template <bool kMax>
+__device__ double block_reduce(double v, double* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kRowBlock / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      const double a = shared[threadIdx.x], b = shared[threadIdx.x + half];
+      shared[threadIdx.x] = kMax ? (a != a || b != b ? (a != a ? a : b) : (a > b ? a : b)) : a + b;
+    }
+    __syncthreads();
+  }
+  const double r = shared[0];
+  __syncthreads();
+  return r;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRowBlock) log_softmax_kernel(const T* x, T* y, int64_t m) {
+  __shared__ double shared[kRowBlock];
+  const T* row = x + blockIdx.x * m;
+  T* out = y + blockIdx.x * m;
+  double top = -INFINITY;
+  for (int64_t j = threadIdx.x; j < m; j += kRowBlock) {
+    const double v = row[j];
+    top = v != v || top != top ? (top != top ? top : v) : (v > top ? v : top);
+  }
+  const T t = static_cast<T>(block_reduce<true>(top, shared));
+  double s = 0.0;
+  for (int64_t j = threadIdx.x; j < m; j += kRowBlock) s += static_cast<double>(kernels::exp_of(row[j] - t));
+  const T log_s = static_cast<T>(kernels::log_of(block_reduce<false>(s, shared)));
+  for (int64_t j = threadIdx.x; j < m; j += kRowBlock) out[j] = (row[j] - t) - log_s;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRowBlock) log_softmax_backward_kernel(const T* y, const T* dy, T* dx, int64_t m) {
+  __shared__ double shared[kRowBlock];
+  const int64_t base = blockIdx.x * m;
+  double s = 0.0;
+  for (int64_t j = threadIdx.x; j < m; j += kRowBlock) s += static_cast<double>(dy[base + j]);
+  const T total = static_cast<T>(block_reduce<false>(s, shared));
+  for (int64_t j = threadIdx.x; j < m; j += kRowBlock) dx[base + j] = dy[base + j] - kernels::exp_of(y[base + j]) * total;
+}
+
+// One thread per row; the count of rows not ignored is added with an atomic (an integer count:
+// exact in any order).
+template <class T, class I>
+__global__ void nll_kernel(const T* lp, const I* targets, int64_t ignore_index, T* losses, unsigned long long* count,
+                           int64_t n, int64_t v, ErrorSite site) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = static_cast<int64_t>(targets[i]);
+    if (t == ignore_index) {
+      losses[i] = T(0);
+      continue;
+    }
+    if (t < 0 || t >= v) {
+      record_error(site, ErrorKind::target_out_of_range, i, t);
+      losses[i] = T(0);
+      continue;
+    }
+    losses[i] = -lp[i * v + t];
+    atomicAdd(count, 1ull);
+  }
+}
+
+template <class T>
+__global__ void count_to_scalar_kernel(const unsigned long long* count, T* out) {
+  *out = static_cast<T>(*count);
+}
+
+template <class T, class I>
+__global__ void __launch_bounds__(kRowBlock) nll_log_softmax_backward_kernel(const T* lp, const I* targets,
+                                                                             int64_t ignore_index, const T* dloss,
+                                                                             bool per_row, const T* divisor, T* d,
+                                                                             int64_t v) {
+  const int64_t i = blockIdx.x;
+  const int64_t t = static_cast<int64_t>(targets[i]);
+  const bool skip = t == ignore_index || t < 0 || t >= v;
+  const T g = skip ? T(0) : (per_row ? dloss[i] : dloss[0]) / (divisor ? *divisor : T(1));
+  for (int64_t j = threadIdx.x; j < v; j += kRowBlock) {
+    const T p = kernels::exp_of(lp[i * v + j]);
+    d[i * v + j] = skip ? T(0) : (j == t ? p - T(1) : p) * g;
+  }
+}
+
+}  // namespace
+
+void log_softmax_rows(const Tensor& x, Tensor& y) {
+  const int64_t n = x.dim(0), m = x.dim(1);
+  if (n == 0 || m == 0) return;
+  dispatch_float("log_softmax", x.dtype(), [&]<class T>() {
+    log_softmax_kernel<T><<<static_cast<unsigned>(n), kRowBlock, 0, stream_for(x)>>>(cdata<T>(x), mdata<T>(y), m);
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void log_softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  const int64_t n = y.dim(0), m = y.dim(1);
+  if (n == 0 || m == 0) return;
+  dispatch_float("log_softmax", y.dtype(), [&]<class T>() {
+    log_softmax_backward_kernel<T><<<static_cast<unsigned>(n), kRowBlock, 0, stream_for(y)>>>(cdata<T>(y), cdata<T>(dy),
+                                                                                              mdata<T>(dx), m);
+    TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void nll_rows(const Tensor& lp, const Tensor& targets, int64_t ignore_index, Tensor& losses, Tensor& count) {
+  const int64_t n = lp.dim(0), v = lp.dim(1);
+  DeviceContext& ctx = context(lp);
+  const ErrorSite site = ctx.error_site("cross_entropy", n, v);
+  Tensor counter = Tensor::zeros(Shape{1}, DType::i64, lp.device());
+  auto* c = static_cast<unsigned long long*>(counter.raw_data());
+  dispatch_float("cross_entropy", lp.dtype(), [&]<class T>() {
+    dispatch_index("cross_entropy", targets.dtype(), [&]<class I>() {
+      if (n > 0) {
+        nll_kernel<T, I><<<blocks_for(n), kBlock, 0, ctx.stream>>>(cdata<T>(lp), cdata<I>(targets), ignore_index,
+                                                                   mdata<T>(losses), c, n, v, site);
+        TG_CUDA_CHECK_LAUNCH();
+      }
+      count_to_scalar_kernel<T><<<1, 1, 0, ctx.stream>>>(c, mdata<T>(count));
+      TG_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void nll_log_softmax_backward(const Tensor& lp, const Tensor& targets, int64_t ignore_index, const Tensor& dloss,
+                              const Tensor& divisor, Tensor& dlogits) {
+  const int64_t n = lp.dim(0), v = lp.dim(1);
+  if (n == 0 || v == 0) return;
+  dispatch_float("cross_entropy_backward", lp.dtype(), [&]<class T>() {
+    dispatch_index("cross_entropy_backward", targets.dtype(), [&]<class I>() {
+      nll_log_softmax_backward_kernel<T, I><<<static_cast<unsigned>(n), kRowBlock, 0, stream_for(lp)>>>(
+          cdata<T>(lp), cdata<I>(targets), ignore_index, cdata<T>(dloss), dloss.numel() != 1,
+          divisor.defined() ? cdata<T>(divisor) : nullptr, mdata<T>(dlogits), v);
+      TG_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+}  // namespace tapegrad::cuda

@@ -1,0 +1,69 @@
+// The N-d helpers of op front-ends (common.hpp).
+#include "tapegrad/ops/common.hpp"
+
+namespace tapegrad::ops::detail {
+
+int normalize_axis(const char* op, int axis, int ndim) {
+  const int n = std::max(ndim, 1);  // a 0-d tensor takes axis 0 or -1, as in PyTorch
+  if (axis < -n || axis >= n)
+    throw Error(std::string("[") + op + "] axis " + std::to_string(axis) + " is out of range for a tensor of " +
+                std::to_string(ndim) + " dimension" + (ndim == 1 ? "" : "s"));
+  return axis < 0 ? axis + n : axis;
+}
+
+std::vector<bool> axes_mask(const char* op, const std::vector<int>& axes, int ndim) {
+  std::vector<bool> mask(static_cast<size_t>(ndim), axes.empty());
+  for (int a : axes) {
+    const int d = normalize_axis(op, a, ndim);
+    if (d >= ndim) continue;  // axis 0 of a 0-d tensor: nothing to reduce
+    if (mask[static_cast<size_t>(d)])
+      throw Error(std::string("[") + op + "] axis " + std::to_string(a) + " is given twice");
+    mask[static_cast<size_t>(d)] = true;
+  }
+  return mask;
+}
+
+Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
+  const int n = std::max(a.ndim(), b.ndim());
+  Shape out;
+  for (int d = 0; d < n; ++d) {
+    const int da = d - (n - a.ndim()), db = d - (n - b.ndim());
+    const int64_t ea = da < 0 ? 1 : a[da], eb = db < 0 ? 1 : b[db];
+    if (ea != eb && ea != 1 && eb != 1)
+      throw Error(std::string("[") + op + "] cannot broadcast shapes " + a.str() + " and " + b.str() + ": axis " +
+                  std::to_string(d) + " has sizes " + std::to_string(ea) + " and " + std::to_string(eb));
+    out.push_back(ea == 1 ? eb : ea);
+  }
+  return out;
+}
+
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const int n = g.ndim(), lead = n - shape.ndim();
+  Shape kept;
+  for (int d = 0; d < n; ++d) kept.push_back(d < lead ? 1 : shape[d - lead]);
+  Tensor out = Tensor::empty(shape, g.dtype(), g.device());
+  kernels::reduce(kernels::Reduce::sum, g, kept, out);
+  return out;
+}
+
+Tensor expand(const Tensor& t, const Shape& from, const Shape& to) {
+  Tensor out = Tensor::empty(to, t.dtype(), t.device());
+  kernels::copy_strided(t, kernels::contiguous_view(from), out, kernels::contiguous_view(to));
+  return out;
+}
+
+Var constant(Graph& g, double value, const Tensor& like) {
+  return g.input(Tensor::scalar(value, like.dtype(), like.device()));
+}
+
+Tensor host_ints(const std::vector<int64_t>& values) {
+  return Tensor::from_vector(values, Shape{static_cast<int64_t>(values.size())});
+}
+
+std::vector<int64_t> ints_of(const Tensor& t) {
+  const int64_t* p = t.data<int64_t>();
+  return std::vector<int64_t>(p, p + t.numel());
+}
+
+}  // namespace tapegrad::ops::detail

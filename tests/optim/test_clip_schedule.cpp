@@ -1,0 +1,275 @@
+// Tests for the gradient transforms (src/optim/clip.*), their sum-of-squares kernel on the CPU,
+// and the learning-rate schedules (src/optim/schedule.*).
+//
+// Rule: values from torch 1.13 (torch.nn.utils.clip_grad_norm_, clip_grad_value_,
+// torch.optim.lr_scheduler.StepLR) and the schedules' formulas in Python, written as literals; a
+// row-sparse gradient's results against the same transform written out on its rows.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gradients.hpp"
+#include "messages.hpp"
+#include "tapegrad/kernels/cpu/exact_sum.hpp"
+#include "tapegrad/kernels/kernels.hpp"
+#include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
+#include "tapegrad/optim/clip.hpp"
+#include "tapegrad/optim/schedule.hpp"
+#include "tapegrad/tensor/parallel.hpp"
+
+using namespace tapegrad;
+using testing::give_gradients;
+using testing::message_of;
+
+namespace {
+
+const std::vector<double> kGW = {0.1, -0.2, 0.3, 0.4, -0.5, 0.6};
+const std::vector<double> kGB = {0.5, -0.25, 0.125};
+
+void check_near(const std::vector<double>& got, const std::vector<double>& want, double eps) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got[i] == doctest::Approx(want[i]).epsilon(eps));
+  }
+}
+
+// A (6, 5) table whose gradient from embedding_cross_entropy is row-sparse: rows 1, 4 and 2 only.
+struct SparseTable {
+  Graph g;
+  Var table, bias;
+  explicit SparseTable(DType dtype) {
+    std::vector<double> init(30);
+    for (size_t i = 0; i < init.size(); ++i) init[i] = std::sin(0.7 * static_cast<double>(i));
+    table = g.parameter(Tensor::from_doubles(init, Shape{6, 5}, dtype), "table");
+    bias = g.parameter(Tensor::from_doubles({0.5, -1.5}, Shape{2}, dtype), "bias");
+    Var ids = g.input(Tensor::from_vector(std::vector<int32_t>{1, 4, 1, 2}, Shape{4}));
+    Var targets = g.input(Tensor::from_vector(std::vector<int32_t>{0, 3, 2, 4}, Shape{4}));
+    g.backward(ops::add(ops::embedding_cross_entropy(table, ids, targets), ops::sum(ops::mul(bias, bias))));
+  }
+};
+
+}  // namespace
+
+// torch.nn.utils.clip_grad_norm_([W, b], 0.5) with W.grad (2, 3) = kGW, b.grad (3,) = kGB.
+TEST_CASE("clip_grad_norm matches torch's clip_grad_norm_: the norm it returns and the clipped gradients") {
+  for (DType dtype : {DType::f64, DType::f32}) {
+    CAPTURE(dtype_name(dtype));
+    const bool f64 = dtype == DType::f64;
+    Graph g;
+    Var w = g.parameter(Tensor::zeros(Shape{2, 3}, dtype), "W");
+    Var b = g.parameter(Tensor::zeros(Shape{3}, dtype), "b");
+    give_gradients(g, {{w, kGW}, {b, kGB}});
+    const double norm = optim::clip_grad_norm({w, b}, 0.5);
+    CHECK(norm == doctest::Approx(f64 ? 1.1127106542133942 : 1.1127105951309204).epsilon(f64 ? 1e-15 : 1e-7));
+    const double eps = f64 ? 1e-15 : 1e-6;
+    check_near(w.grad().to_doubles(),
+               f64 ? std::vector<double>{0.04493527124540306, -0.08987054249080612, 0.13480581373620917,
+                                         0.17974108498161223, -0.2246763562270153, 0.26961162747241835}
+                   : std::vector<double>{0.04493527486920357, -0.08987054973840714, 0.134805828332901,
+                                         0.17974109947681427, -0.22467637062072754, 0.269611656665802},
+               eps);
+    check_near(b.grad().to_doubles(),
+               f64 ? std::vector<double>{0.2246763562270153, -0.11233817811350764, 0.05616908905675382}
+                   : std::vector<double>{0.22467637062072754, -0.11233818531036377, 0.056169092655181885},
+               eps);
+    // The clipped gradients have norm max_norm (less the 1e-6, and rounding), and a clip to a
+    // larger norm leaves them as they are.
+    const std::vector<double> clipped = w.grad().to_doubles();
+    CHECK(optim::clip_grad_norm({w, b}, 0.6) == doctest::Approx(0.5).epsilon(1e-5));
+    CHECK(w.grad().to_doubles() == clipped);
+  }
+}
+
+TEST_CASE("clip_grad_norm below the limit, without gradients, and with a parameter twice") {
+  Graph g;
+  Var w = g.parameter(Tensor::zeros(Shape{2, 3}, DType::f64), "W");
+  Var unused = g.parameter(Tensor::zeros(Shape{4}, DType::f64), "unused");
+  CHECK(optim::clip_grad_norm({w, unused}, 1.0) == 0.0);  // no gradient anywhere: nothing to do
+  give_gradients(g, {{w, kGW}});
+  const uint32_t version = w.grad().version();
+  CHECK(optim::grad_norm({w, w, unused}) == optim::grad_norm({w}));  // counted once
+  CHECK(optim::clip_grad_norm({w, unused}, 10.0) == doctest::Approx(std::sqrt(0.91)).epsilon(1e-15));
+  CHECK(w.grad().to_doubles() == kGW);  // not clipped: not written
+  CHECK(w.grad().version() == version);
+  CHECK_FALSE(unused.grad().defined());
+  // Twice in the list, scaled once: the result is the clip of the single listing.
+  optim::clip_grad_norm({w, w}, 0.5);
+  check_near(w.grad().to_doubles(), {0.05241418689109857, -0.10482837378219714, 0.1572425606732957,
+                                     0.20965674756439429, -0.26207093445549284, 0.3144851213465914},
+             1e-15);
+}
+
+TEST_CASE("a row-sparse gradient is clipped and scaled on its rows and stays row-sparse") {
+  for (DType dtype : {DType::f64, DType::f32}) {
+    CAPTURE(dtype_name(dtype));
+    SparseTable m(dtype);
+    REQUIRE(m.table.sparse_grad() != nullptr);
+    const std::vector<double> rows = m.table.sparse_grad()->rows.to_doubles();
+    const std::vector<double> ids = m.table.sparse_grad()->ids.to_doubles();
+    const std::vector<double> bias = m.bias.grad().to_doubles();
+    std::vector<double> squares;
+    for (double x : rows) squares.push_back(x * x);
+    for (double x : bias) squares.push_back(x * x);
+    const double want = std::sqrt(cpu::exact_sum(squares.data(), squares.size()));
+    CHECK(optim::grad_norm({m.table, m.bias}) == doctest::Approx(want).epsilon(1e-15));
+    const double norm = optim::clip_grad_norm({m.table, m.bias}, 0.1);
+    CHECK(norm == doctest::Approx(want).epsilon(1e-15));
+    REQUIRE(m.table.sparse_grad() != nullptr);  // never made dense
+    CHECK(m.table.sparse_grad()->ids.to_doubles() == ids);
+    const double coefficient = 0.1 / (norm + 1e-6);
+    std::vector<double> scaled = rows;
+    for (double& x : scaled)
+      x = dtype == DType::f64 ? x * coefficient
+                              : static_cast<double>(static_cast<float>(x) * static_cast<float>(coefficient));
+    CHECK(m.table.sparse_grad()->rows.to_doubles() == scaled);
+    // scale_grads and clip_grad_value on the rows too
+    optim::scale_grads({m.table}, 4.0);
+    for (double& x : scaled) x *= 4.0;
+    CHECK(m.table.sparse_grad()->rows.to_doubles() == scaled);
+    optim::clip_grad_value({m.table}, 0.01);
+    for (double& x : scaled) x = std::min(0.01, std::max(-0.01, x));
+    if (dtype == DType::f32)
+      for (double& x : scaled) x = static_cast<double>(static_cast<float>(x));  // the bound 0.01 as an f32
+    CHECK(m.table.sparse_grad()->rows.to_doubles() == scaled);
+    REQUIRE(m.table.sparse_grad() != nullptr);
+  }
+}
+
+// torch.nn.utils.clip_grad_value_([W, b], 0.3)
+TEST_CASE("clip_grad_value matches torch's clip_grad_value_; scale_grads multiplies") {
+  for (DType dtype : {DType::f64, DType::f32}) {
+    CAPTURE(dtype_name(dtype));
+    Graph g;
+    Var w = g.parameter(Tensor::zeros(Shape{2, 3}, dtype), "W");
+    Var b = g.parameter(Tensor::zeros(Shape{3}, dtype), "b");
+    give_gradients(g, {{w, kGW}, {b, kGB}});
+    optim::clip_grad_value({w, b}, 0.3);
+    const auto as_dtype = [&](std::vector<double> v) {
+      return Tensor::from_doubles(v, Shape{static_cast<int64_t>(v.size())}, dtype).to_doubles();
+    };
+    CHECK(w.grad().to_doubles() == as_dtype({0.1, -0.2, 0.3, 0.3, -0.3, 0.3}));
+    CHECK(b.grad().to_doubles() == as_dtype({0.3, -0.25, 0.125}));
+    optim::scale_grads({w, b}, -2.0);
+    CHECK(b.grad().to_doubles() == as_dtype({-0.6, 0.5, -0.25}));
+  }
+}
+
+TEST_CASE("grad_entries_for_write: the gradient's own bytes, its version moved; a held handle keeps the old ones") {
+  Graph g;
+  Var w = g.parameter(Tensor::zeros(Shape{3}, DType::f64), "w");
+  CHECK_FALSE(w.grad_entries_for_write().defined());
+  give_gradients(g, {{w, {1.0, 2.0, 3.0}}});
+  const Tensor held = w.grad();  // shares the bytes: the write goes to a copy
+  const uint32_t before = held.version();
+  optim::scale_grads({w}, 0.5);
+  CHECK(held.to_doubles() == std::vector<double>{1.0, 2.0, 3.0});
+  CHECK(w.grad().to_doubles() == std::vector<double>{0.5, 1.0, 1.5});
+  const uint32_t after = w.grad().version();
+  optim::scale_grads({w}, 2.0);  // now unique: written in place, the version moves
+  CHECK(w.grad().version() > after);
+  CHECK(w.grad().to_doubles() == std::vector<double>{1.0, 2.0, 3.0});
+  CHECK(held.version() == before);
+}
+
+TEST_CASE("the transforms refuse bad limits by name") {
+  Graph g;
+  Var w = g.parameter(Tensor::zeros(Shape{2}, DType::f64), "w");
+  CHECK(message_of([&] { optim::clip_grad_norm({w}, -1.0); }) ==
+        "[clip_grad_norm] max_norm must be a finite number >= 0, got -1");
+  CHECK(message_of([&] { optim::clip_grad_norm({w}, INFINITY); }) ==
+        "[clip_grad_norm] max_norm must be a finite number >= 0, got inf");
+  CHECK(message_of([&] { optim::clip_grad_value({w}, std::nan("")); }) ==
+        "[clip_grad_value] clip_value must be a finite number >= 0, got nan");
+  CHECK(message_of([&] { optim::scale_grads({w}, INFINITY); }) == "[scale_grads] factor must be a finite number, got inf");
+}
+
+TEST_CASE("a non-finite norm makes the clipped gradients NaN, as PyTorch's does") {
+  Graph g;
+  Var w = g.parameter(Tensor::zeros(Shape{2}, DType::f64), "w");
+  give_gradients(g, {{w, {std::nan(""), 1.0}}});
+  CHECK(std::isnan(optim::clip_grad_norm({w}, 1.0)));
+  CHECK(std::isnan(w.grad().to_doubles()[1]));
+}
+
+TEST_CASE("sum_squares follows Note [sum of squares order] on any thread count") {
+  // Sizes around the lane counts' steps, written out: lanes of squares in double, a pairwise tree.
+  for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{33}, int64_t{1000}, int64_t{70001}, int64_t{9000001}}) {
+    for (DType dtype : {DType::f32, DType::f64}) {
+      CAPTURE(n);
+      CAPTURE(dtype_name(dtype));
+      std::vector<double> x(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = std::sin(0.37 * static_cast<double>(i)) * 1e3;
+      const Tensor t = Tensor::from_doubles(x, Shape{n}, dtype);
+      const std::vector<double> v = t.to_doubles();  // the elements as the tensor holds them
+      const int64_t lanes = kernels::sum_squares_lanes(n);
+      std::vector<double> acc(static_cast<size_t>(lanes), 0.0);
+      for (int64_t i = 0; i < n; ++i) acc[static_cast<size_t>(i % lanes)] += v[static_cast<size_t>(i)] * v[static_cast<size_t>(i)];
+      for (int64_t width = lanes; width > 1; width /= 2)
+        for (int64_t l = 0; l < width / 2; ++l)
+          acc[static_cast<size_t>(l)] = acc[static_cast<size_t>(2 * l)] + acc[static_cast<size_t>(2 * l + 1)];
+      const int before = num_threads();
+      for (int threads : {1, 2, 5}) {
+        CAPTURE(threads);
+        set_num_threads(threads);
+        Tensor out = Tensor::zeros(Shape{3}, DType::f64);
+        kernels::sum_squares(t, out, 1);
+        CHECK(out.to_doubles() == std::vector<double>{0.0, acc[0], 0.0});
+      }
+      set_num_threads(before);
+    }
+  }
+  CHECK(kernels::sum_squares_lanes(0) == 1);
+  CHECK(kernels::sum_squares_lanes(64) == 2);
+  CHECK(kernels::sum_squares_lanes(65) == 4);
+  CHECK(kernels::sum_squares_lanes(int64_t{1} << 40) == int64_t{1} << 18);
+  Tensor out = Tensor::zeros(Shape{2}, DType::f32);
+  CHECK(message_of([&] { kernels::sum_squares(Tensor::zeros(Shape{4}, DType::f64), out, 2); }) ==
+        "[sum_squares] slot 2 of (2,) f32: the sums go into a 1-D f64 tensor with that slot");
+}
+
+// ---- schedules
+
+TEST_CASE("WarmupCosine gives its formula's values at known steps") {
+  // Python: peak 6e-4, warmup 10, total 100, min 6e-5, the formula in schedule.hpp
+  const optim::WarmupCosine s(6e-4, 10, 100, 6e-5);
+  CHECK(s.lr(0) == 5.9999999999999995e-05);  // peak / warmup: never 0
+  CHECK(s.lr(4) == 0.0003);
+  CHECK(s.lr(9) == 0.0006);
+  CHECK(s.lr(10) == 0.0006);
+  CHECK(s.lr(40) == 0.0004649999999999999);
+  CHECK(s.lr(55) == 0.00032999999999999994);  // torch's CosineAnnealingLR closed form gives the same
+  CHECK(s.lr(99) == 6.0164476704844146e-05);
+  CHECK(s.lr(100) == 6e-05);
+  CHECK(s.lr(150) == 6e-05);
+  const optim::WarmupCosine no_warmup(1.0, 0, 4);
+  CHECK(no_warmup.lr(0) == 1.0);
+  CHECK(no_warmup.lr(2) == doctest::Approx(0.5).epsilon(1e-15));
+  CHECK(no_warmup.lr(4) == 0.0);
+}
+
+// torch.optim.lr_scheduler.StepLR: get_last_lr() after k scheduler steps.
+TEST_CASE("StepLR matches torch's StepLR; Constant is constant") {
+  const optim::StepLR halves(0.1, 3, 0.5);
+  const std::vector<double> torch_values = {0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025, 0.025, 0.0125, 0.0125};
+  for (size_t k = 0; k < torch_values.size(); ++k) CHECK(halves.lr(static_cast<int64_t>(k)) == torch_values[k]);
+  // gamma 0.1: the closed form (torch's _get_closed_form_lr), which its chained steps may miss by an ulp
+  const optim::StepLR tenths(1.0, 2, 0.1);
+  CHECK(tenths.lr(5) == 0.010000000000000002);
+  CHECK(tenths.lr(8) == 0.00010000000000000002);  // chained: 0.00010000000000000003
+  CHECK(optim::Constant(0.25).lr(12345) == 0.25);
+}
+
+TEST_CASE("schedules refuse bad arguments by name") {
+  CHECK(message_of([] { optim::WarmupCosine(0.0, 1, 2); }) ==
+        "[warmup_cosine] peak_lr must be a positive finite number, got 0");
+  CHECK(message_of([] { optim::WarmupCosine(1.0, 1, 2, 2.0); }) ==
+        "[warmup_cosine] min_lr must be in [0, peak_lr] = [0, 1], got 2");
+  CHECK(message_of([] { optim::WarmupCosine(1.0, 5, 2); }) ==
+        "[warmup_cosine] the steps need 0 <= warmup_steps <= total_steps, got warmup_steps 5 and total_steps 2");
+  CHECK(message_of([] { optim::StepLR(0.1, 0); }) == "[step_lr] step_size must be >= 1, got 0");
+  CHECK(message_of([] { optim::StepLR(0.1, 1, -0.5); }) == "[step_lr] gamma must be a positive finite number, got -0.5");
+  CHECK(message_of([] { optim::Constant(1.0).lr(-1); }) == "[constant] step must be >= 0, got -1");
+}
