@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """docs/perf.md's "Normalisation" tables from bench_norm's JSON output.
 
-  ./build/bench/bench_norm --benchmark_repetitions=5 --benchmark_min_time=0.3 \
-      --benchmark_report_aggregates_only=true --benchmark_out=norm.json
+  ./build/bench/bench_norm --benchmark_enable_random_interleaving=true --benchmark_repetitions=9 \
+      --benchmark_min_time=0.2 --benchmark_report_aggregates_only=true --benchmark_out=norm.json
   python3 bench/norm_table.py norm.json
 
 Each row: the median wall-clock time of tapegrad's benchmark and of libtorch's, their ratio
