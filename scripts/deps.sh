@@ -6,6 +6,8 @@
 # see install_npm (Debian's npm conflicts with the NodeSource nodejs some machines carry).
 BUILD_PACKAGES="meson ninja-build pkg-config g++ libxtensor-dev xtl-dev libxsimd-dev doctest-dev
   libsimdjson-dev libcli11-dev zlib1g-dev libbenchmark-dev"
+# the CPU's matrix products (src/kernels/cpu/linalg.cpp)
+BUILD_PACKAGES="$BUILD_PACKAGES libopenblas-dev"
 TEST_PACKAGES="graphviz chromium python3 python3-torch clang libclang-rt-dev"
 
 install_packages() {

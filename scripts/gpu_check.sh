@@ -2,7 +2,8 @@
 # gpu_check: every GPU check of the CUDA backend in one device call. Run it on each change to src/cuda.
 #
 #   scripts/gpu_check.sh prepare   here: build build-cuda (-Dcuda=enabled) and copy into .device/lib
-#                                  the shared libraries the GPU machine lacks (simdjson)
+#                                  the shared libraries the GPU machine may lack (simdjson; OpenBLAS
+#                                  and the gfortran and quadmath libraries it needs)
 #   scripts/gpu_check.sh run       there, through the device tool, in one call:
 #                                    run: {command: "scripts/gpu_check.sh run", carry: ["build-cuda", ".device"]}
 #
@@ -24,7 +25,10 @@ prepare() {
   ninja -C "$build" tests/cuda/test_cuda tests/value_embed/test_value_embed_cuda apps/tiny_step apps/bob \
     bench/cuda_bench bench/nd_cuda_bench bench/attention_bench || exit 1
   mkdir -p .device/lib
-  cp -L "$(ldd "$build/libtapegrad.so" | awk '/libsimdjson/ {print $3}')" .device/lib/ || exit 1
+  local lib
+  for lib in $(ldd "$build/libtapegrad.so" | awk '/libsimdjson|libopenblas|libgfortran|libquadmath/ {print $3}'); do
+    cp -L "$lib" .device/lib/ || exit 1
+  done
   du -sh "$build" .device | sed 's/^/carry: /'
   echo 'now: run {command: "scripts/gpu_check.sh run", carry: ["'"$build"'", ".device"], timeout_s: 600}'
 }

@@ -15,6 +15,7 @@
 #include "tapegrad/tensor/parallel.hpp"
 #include "tapegrad/tape/tape_dump.hpp"
 #include "tapegrad/tensor/tensor.hpp"
+#include "tapegrad/ops/fused/attention.hpp"
 #include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
 #include "tapegrad/ops/op_table.hpp"
 #include "tapegrad/ops/ops.hpp"
@@ -23,3 +24,8 @@
 // optimizers' schedules and gradient transforms
 #include "tapegrad/optim/clip.hpp"
 #include "tapegrad/optim/schedule.hpp"
+// the layer library
+#include "tapegrad/nn/init.hpp"
+#include "tapegrad/nn/layers.hpp"
+#include "tapegrad/nn/module.hpp"
+#include "tapegrad/nn/state_dict.hpp"

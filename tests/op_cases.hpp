@@ -236,6 +236,23 @@ inline std::vector<OpCase> op_cases() {
     cases.push_back({op, "one value as q, k and v", {self},
                      [](const V& x) { return scaled_dot_product_attention(x[0], x[0], x[0], true); }});
   }
+  // ---- matrix products of the N-d ops: batches, broadcast batch axes, 1-D sides, linear. The large
+  // shapes take the CPU kernel's tiles, its batch split and its sums over broadcast axes.
+  cases.push_back({"matmul", "batched", {{{2, 3, 4}, {3, 300, 120}}, {{2, 4, 2}, {3, 120, 1100}}},
+                   [](const V& v) { return ops::matmul(v[0], v[1]); }});
+  cases.push_back({"matmul", "broadcast batch axes", {{{2, 1, 3, 4}, {2, 1, 100, 64}}, {{3, 4, 2}, {3, 64, 90}}},
+                   [](const V& v) { return ops::matmul(v[0], v[1]); }});
+  cases.push_back({"matmul", "one weight for a batch", {{{2, 3, 3, 4}, {4, 8, 64, 64}}, {{4, 2}, {64, 96}}},
+                   [](const V& v) { return ops::matmul(v[0], v[1]); }});
+  cases.push_back({"matmul", "vector @ batched matrices", {{{4}, {300}}, {{2, 4, 3}, {5, 300, 200}}},
+                   [](const V& v) { return ops::matmul(v[0], v[1]); }});
+  cases.push_back({"matmul", "matrices @ vector", {{{2, 3, 4}, {4, 200, 300}}, {{4}, {300}}},
+                   [](const V& v) { return ops::matmul(v[0], v[1]); }});
+  cases.push_back({"matmul", "dot", {{{5}, {70000}}, {{5}, {70000}}}, [](const V& v) { return ops::matmul(v[0], v[1]); }});
+  cases.push_back({"linear", "with bias", {{{2, 3, 4}, {8, 64, 128}}, {{5, 4}, {80, 128}}, {{5}, {80}}},
+                   [](const V& v) { return ops::linear(v[0], v[1], v[2]); }});
+  cases.push_back({"linear", "without bias", {{{3, 4}, {300, 128}}, {{5, 4}, {80, 128}}},
+                   [](const V& v) { return ops::linear(v[0], v[1]); }});
   // normalisation and dropout: with and without weight and bias, 3-D inputs, rows of one value
   {
     const CaseInput rows{{3, 5}, {300, 211}}, cube{{2, 3, 4}, {20, 30, 97}}, single{{4, 1}, {20000, 1}};

@@ -4,7 +4,8 @@
 // Parity with the reference is a property of the arithmetic order (docs/design.md; the reference's
 // own order is docs/tiny_step.md, "Arithmetic"): every f64 kernel this model uses computes what the
 // Python code computes, in the same order, with correctly rounded sums where the reference calls
-// math.fsum.
+// math.fsum; its matrix product and its cross-entropy are the app's own ops for that
+// (reference_matmul.hpp, reference_loss.hpp).
 #include "tiny_model.hpp"
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include "tapegrad/io/atomic_file.hpp"
 #include "python_compat.hpp"
 #include "reference_loss.hpp"
+#include "reference_matmul.hpp"
 #include "tapegrad/ops/ops.hpp"
 #include "tapegrad/optim/sgd.hpp"
 
@@ -173,7 +175,7 @@ Model::Model(const Config& c, Device dev) : device(dev) {
 
 Var Model::loss(Graph& graph, Var* x_out, Var* logits_out) const {
   Var x = ops::gather(embedding, graph.input(ids, "input_ids")).label("x");          // (B, d)
-  Var logits = ops::add_row(ops::matmul(x, weights), bias).label("logits");          // (B, V)
+  Var logits = ops::add_row(reference_matmul(x, weights), bias).label("logits");     // (B, V)
   Var loss = reference_cross_entropy(logits, graph.input(targets, "target_ids")).label("loss");  // ()
   if (x_out) *x_out = x;
   if (logits_out) *logits_out = logits;

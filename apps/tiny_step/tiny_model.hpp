@@ -1,6 +1,7 @@
 // The tiny next-token model of the Python reference (docs/tiny_step.md, "Model"), assembled from
-// the graph: embedding gather, matmul, bias row, cross-entropy. No gradient code of its own: the
-// engine computes them all.
+// the graph: embedding gather, matmul, bias row, cross-entropy. The engine computes every gradient;
+// the matmul and the cross-entropy are the app's own ops, with the reference's arithmetic
+// (reference_matmul.hpp, reference_loss.hpp).
 #pragma once
 
 #include <string>

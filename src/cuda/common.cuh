@@ -42,6 +42,11 @@ struct CublasApi {
                             cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);  // the library's, not the inline overload
   decltype(&cublasGetStatusName) status_name;
   decltype(&cublasGetStatusString) status_string;
+  // batched products (kernels::matmul of the N-d ops); the library's, not the inline overload
+  cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                            const void*, const void*, cudaDataType, int, long long, const void*,
+                                            cudaDataType, int, long long, const void*, void*, cudaDataType, int,
+                                            long long, int, cublasComputeType_t, cublasGemmAlgo_t);
 };
 const CublasApi& cublas_api();
 
@@ -178,7 +183,7 @@ struct DeviceContext {
   int index;
   cudaStream_t stream = nullptr;        // all kernels and copies of this device, in call order
   CachingAllocator allocator;
-  cublasHandle_t cublas = nullptr;      // made by the first f32 matmul (linalg.cu)
+  cublasHandle_t cublas = nullptr;      // made by the first matmul (linalg.cu)
   ErrorSlot* error_slot = nullptr;      // device memory
   ErrorSlot* error_host = nullptr;      // pinned host copy, read after a sync
   uint32_t* blocks_done = nullptr;      // device memory, 0 between launches: a fused reduction's

@@ -4,7 +4,8 @@
 //
 // Rules: every kernel runs on its device's stream (src/cuda/common.cuh) and never falls back to
 // the host; f64 results equal the CPU's bit for bit (correctly rounded sums, exp and log; exact
-// elementwise arithmetic); f32 reductions run in a fixed order, so every run gives the same bits;
+// elementwise arithmetic), but for matmul's, which are cuBLAS's (the CPU's are OpenBLAS's); f32
+// reductions run in a fixed order, so every run gives the same bits;
 // an out-of-range index is recorded on the device and reported at the next synchronization.
 #pragma once
 

@@ -1,11 +1,13 @@
-// CUDA matrix kernels and reductions: matmul (f32 through cuBLAS, f64 through an exact kernel),
+// CUDA matrix kernels and reductions: matmul (cuBLAS, batched), matmul_fsum (an exact kernel),
 // transpose, add_row, column sums, full sums and means.
 //
-// Rules: every f64 sum is correctly rounded (ExactSum, one thread per output value), so f64
-// results equal the CPU's bit for bit. f32 column sums accumulate in double down the rows, as
-// the CPU does, and give its bits; f32 full sums use one block with a fixed tree over per-thread
-// double sums: deterministic, within one double rounding of the CPU's sum before the final
-// rounding to f32. f32 matmul is cuBLAS with FP32 compute (TF32 only after set_allow_tf32(true)).
+// Rules: every f64 sum but matmul's is correctly rounded (ExactSum, one thread per output value),
+// so those f64 results, matmul_fsum's included, equal the CPU's bit for bit. f32 column sums
+// accumulate in double down the rows, as the CPU does, and give its bits; f32 full sums use one
+// block with a fixed tree over per-thread double sums: deterministic, within one double rounding of
+// the CPU's sum before the final rounding to f32. matmul is cuBLAS (strided-batched GEMMs of the
+// plan in src/kernels/matmul_plan.hpp): FP64 compute for f64, FP32 for f32 (TF32 only after
+// set_allow_tf32(true)); its sums are cuBLAS's, close to the CPU's BLAS but not its bits.
 #include <dlfcn.h>
 
 #include <atomic>
@@ -14,6 +16,7 @@
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
 #include "tapegrad/cuda/exact_sum.cuh"
+#include "tapegrad/kernels/matmul_plan.hpp"
 
 namespace tapegrad::cuda {
 
@@ -30,7 +33,7 @@ bool allow_tf32() { return g_allow_tf32.load(); }
 // out (n, m) = op(a) @ op(b), f64, one thread per cell: the products rounded to double, then one
 // correctly rounded sum over p (the CPU's exact_sum of the same products). a is (n, k) or, with
 // ta, (k, n); b is (k, m) or, with tb, (m, k).
-__global__ void matmul_f64_kernel(const double* a, bool ta, const double* b, bool tb, double* out, int64_t n,
+__global__ void matmul_fsum_kernel(const double* a, bool ta, const double* b, bool tb, double* out, int64_t n,
                                   int64_t m, int64_t k, int64_t lda, int64_t ldb, ErrorSite site) {
   for (int64_t cell = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; cell < n * m;
        cell += int64_t{gridDim.x} * blockDim.x) {
@@ -101,8 +104,8 @@ __global__ void sum_all_f32_kernel(const float* x, float* out, int64_t n, float 
 // cuBLAS is not linked: linked, libcublasLt's static initializers fault in pages at the start of
 // every process, before main, CPU runs included, and for a short CPU run that start-up is most of
 // its time (docs/cuda.md, "Measurements behind the source comments"). It is loaded with dlopen, by
-// its soname for the major version built against, the first time a CUDA f32 matmul needs a
-// handle; only the entry points below are used.
+// its soname for the major version built against, the first time a CUDA matmul needs a handle;
+// only the entry points below are used.
 const CublasApi& cublas_api() {
   static const CublasApi api = [] {
     const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
@@ -119,6 +122,7 @@ const CublasApi& cublas_api() {
     symbol(a.gemm_ex, "cublasGemmEx");
     symbol(a.status_name, "cublasGetStatusName");
     symbol(a.status_string, "cublasGetStatusString");
+    symbol(a.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx");
     return a;
   }();
   return api;
@@ -139,33 +143,70 @@ cublasHandle_t cublas_for(DeviceContext& ctx) {
 
 }  // namespace
 
+// Row-major out (n, m) is column-major out^T (m, n) = op(b)^T (m, k) @ op(a)^T (k, n): cuBLAS sees
+// each row-major matrix as its column-major transpose, with the row length as leading dimension.
+// The plan's innermost batch axis that out keeps is one strided-batched call (a repeating operand
+// has stride 0 there); its other axes are a loop of calls, and along an axis out sums over, every
+// call after the first of its out matrices adds to them (beta 1), in order on the stream.
 void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
+  const kernels::MatmulPlan p = kernels::plan_matmul("matmul", a, ta, b, tb, out);
+  if (p.empty()) return;
+  DeviceContext& ctx = context(out);
+  if (p.k == 0 || p.products() == 0) {  // empty sums: zeros
+    TG_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), ctx.stream));
+    return;
+  }
+  int batched = -1;  // the strided-batched axis
+  for (int i = p.batch - 1; i >= 0 && batched < 0; --i)
+    if (p.stride_out[static_cast<size_t>(i)] != 0) batched = i;
+  const auto at = static_cast<size_t>(batched < 0 ? 0 : batched);
+  const int64_t count = batched < 0 ? 1 : p.size[at];
+  const long long step_a = batched < 0 ? 0 : p.stride_a[at], step_b = batched < 0 ? 0 : p.stride_b[at],
+                  step_out = batched < 0 ? 0 : p.stride_out[at];
+  constexpr int64_t kMaxCount = 65535;  // products per call
+  dispatch_float("matmul", a.dtype(), [&]<class T>() {
+    constexpr bool f64 = std::is_same_v<T, double>;
+    const cudaDataType type = f64 ? CUDA_R_64F : CUDA_R_32F;
+    const cublasComputeType_t compute =
+        f64 ? CUBLAS_COMPUTE_64F : allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const T one = 1, zero = 0;
+    const CublasApi& cublas = cublas_api();
+    cublasHandle_t handle = cublas_for(ctx);
+    for (int64_t call = 0; call < p.products() / count; ++call) {
+      // unravel `call` over the plan's axes but the batched one, innermost last
+      int64_t rest = call, oa = 0, ob = 0, oo = 0;
+      bool first = true;  // of its out matrices: every summed axis at 0
+      for (int i = p.batch - 1; i >= 0; --i) {
+        if (i == batched) continue;
+        const auto ax = static_cast<size_t>(i);
+        const int64_t index = rest % p.size[ax];
+        rest /= p.size[ax];
+        oa += index * p.stride_a[ax];
+        ob += index * p.stride_b[ax];
+        oo += index * p.stride_out[ax];
+        if (p.stride_out[ax] == 0 && index != 0) first = false;
+      }
+      for (int64_t begin = 0; begin < count; begin += kMaxCount) {
+        TG_CUBLAS_CHECK(cublas.gemm_strided_batched_ex(
+            handle, p.tb ? CUBLAS_OP_T : CUBLAS_OP_N, p.ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(p.m),
+            static_cast<int>(p.n), static_cast<int>(p.k), &one, cdata<T>(b) + ob + begin * step_b, type,
+            static_cast<int>(p.ldb), step_b, cdata<T>(a) + oa + begin * step_a, type, static_cast<int>(p.lda), step_a,
+            first ? &zero : &one, mdata<T>(out) + oo + begin * step_out, type, static_cast<int>(p.m), step_out,
+            static_cast<int>(std::min(kMaxCount, count - begin)), compute, CUBLAS_GEMM_DEFAULT));
+      }
+    }
+  });
+}
+
+void matmul_fsum(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
   const int64_t n = out.dim(0), m = out.dim(1), k = ta ? a.dim(0) : a.dim(1);
   const int64_t lda = a.dim(1), ldb = b.dim(1);
   if (n * m == 0) return;
   DeviceContext& ctx = context(out);
-  dispatch_float("matmul", a.dtype(), [&]<class T>() {
-    if constexpr (std::is_same_v<T, double>) {
-      matmul_f64_kernel<<<blocks_for(n * m, 128), 128, 0, ctx.stream>>>(
-          cdata<double>(a), ta, cdata<double>(b), tb, mdata<double>(out), n, m, k, lda, ldb,
-          ctx.error_site("matmul", 0, 0));
-      TG_CUDA_CHECK_LAUNCH();
-    } else {
-      if (k == 0) {  // cuBLAS wants leading dimensions >= 1; an empty inner product is 0
-        TG_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), ctx.stream));
-        return;
-      }
-      // Row-major out (n, m) is column-major out^T (m, n) = op(b)^T (m, k) @ op(a)^T (k, n): cuBLAS
-      // sees each row-major matrix as its column-major transpose, with the row length as leading dim.
-      const float one = 1.0f, zero = 0.0f;
-      const cublasComputeType_t compute = allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-      TG_CUBLAS_CHECK(cublas_api().gemm_ex(
-          cublas_for(ctx), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(m),
-          static_cast<int>(n), static_cast<int>(k), &one, b.raw_data(), CUDA_R_32F, static_cast<int>(ldb), a.raw_data(),
-          CUDA_R_32F, static_cast<int>(lda), &zero, out.raw_data(), CUDA_R_32F, static_cast<int>(m), compute,
-          CUBLAS_GEMM_DEFAULT));
-    }
-  });
+  matmul_fsum_kernel<<<blocks_for(n * m, 128), 128, 0, ctx.stream>>>(cdata<double>(a), ta, cdata<double>(b), tb,
+                                                                      mdata<double>(out), n, m, k, lda, ldb,
+                                                                      ctx.error_site("matmul_fsum", 0, 0));
+  TG_CUDA_CHECK_LAUNCH();
 }
 
 void transpose(const Tensor& x, Tensor& out) {

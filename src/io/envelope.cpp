@@ -185,8 +185,7 @@ std::string encode(const EnvelopeIdentity& identity, uint64_t step, const std::v
 // Structure must come first: without it we do not know where the CRC is. Trailing bytes come after
 // the CRC so that bytes appended to an intact file are named as such, while a damaged size field
 // (which misplaces the CRC) reads as corruption.
-Checkpoint decode(std::string_view bytes, const EnvelopeIdentity& expected, const std::string& path_for_messages) {
-  check_identity(expected, "checkpoint decode");
+EnvelopeContents inspect(std::string_view bytes, const std::string& path_for_messages) {
   const std::string& path = path_for_messages;
   FieldReader in(bytes, path);
 
@@ -199,16 +198,18 @@ Checkpoint decode(std::string_view bytes, const EnvelopeIdentity& expected, cons
     refuse(path, "unknown envelope format " + std::to_string(found_format) + " (this program reads format " +
                      std::to_string(format) + ")");
 
-  const std::string_view schema = in.identity("schema");
-  const std::string_view learner = in.identity("learner");
-  const std::string_view data = in.identity("data");
-  const std::string_view seed = in.identity("seed");
-  const uint64_t payload_bytes = in.u64("payload bytes");
-  const uint64_t chunk_bytes = in.u64("chunk bytes");
-  const uint64_t updates_per_invocation = in.u64("updates per invocation");
-  const uint64_t step = in.u64("step");
-  const uint32_t chunk_count = in.u32("chunk count");
-  const std::string_view planes = in.planes(chunk_bytes, chunk_count);
+  EnvelopeContents contents;
+  EnvelopeIdentity& found = contents.identity;
+  found.schema = in.identity("schema");
+  found.learner = in.identity("learner");
+  found.data = in.identity("data");
+  found.seed = in.identity("seed");
+  found.payload_bytes = in.u64("payload bytes");
+  found.chunk_bytes = in.u64("chunk bytes");
+  found.updates_per_invocation = in.u64("updates per invocation");
+  contents.step = in.u64("step");
+  found.chunk_count = in.u32("chunk count");
+  contents.planes = in.planes(found.chunk_bytes, found.chunk_count);
   const size_t crc_offset = in.offset();
   const uint32_t stored_crc = in.u32("CRC-32");
 
@@ -219,22 +220,30 @@ Checkpoint decode(std::string_view bytes, const EnvelopeIdentity& expected, cons
   if (in.remaining() != 0)
     refuse(path, std::to_string(in.remaining()) + " trailing bytes after the CRC-32 (the envelope ends at offset " +
                      std::to_string(in.offset()) + ", the file is " + std::to_string(bytes.size()) + " bytes)");
+  return contents;
+}
 
-  refuse_if_identity_differs(path, "schema", schema, expected.schema, printable_bytes);
-  refuse_if_identity_differs(path, "learner", learner, expected.learner, expected.describe_learner);
-  refuse_if_identity_differs(path, "data", data, expected.data, printable_bytes);
-  refuse_if_identity_differs(path, "seed", seed, expected.seed, printable_bytes);
-  refuse_if_size_differs(path, "payload bytes differ", payload_bytes, expected.payload_bytes);
-  refuse_if_size_differs(path, "chunk size differs", chunk_bytes, expected.chunk_bytes);
-  refuse_if_size_differs(path, "updates per invocation differ", updates_per_invocation,
+Checkpoint decode(std::string_view bytes, const EnvelopeIdentity& expected, const std::string& path_for_messages) {
+  check_identity(expected, "checkpoint decode");
+  const std::string& path = path_for_messages;
+  const EnvelopeContents contents = inspect(bytes, path);
+  const EnvelopeIdentity& found = contents.identity;
+
+  refuse_if_identity_differs(path, "schema", found.schema, expected.schema, printable_bytes);
+  refuse_if_identity_differs(path, "learner", found.learner, expected.learner, expected.describe_learner);
+  refuse_if_identity_differs(path, "data", found.data, expected.data, printable_bytes);
+  refuse_if_identity_differs(path, "seed", found.seed, expected.seed, printable_bytes);
+  refuse_if_size_differs(path, "payload bytes differ", found.payload_bytes, expected.payload_bytes);
+  refuse_if_size_differs(path, "chunk size differs", found.chunk_bytes, expected.chunk_bytes);
+  refuse_if_size_differs(path, "updates per invocation differ", found.updates_per_invocation,
                          expected.updates_per_invocation);
-  refuse_if_size_differs(path, "chunk count differs", chunk_count, expected.chunk_count);
+  refuse_if_size_differs(path, "chunk count differs", found.chunk_count, expected.chunk_count);
 
-  Checkpoint checkpoint{step, {}};
-  for (uint32_t k = 0; k < chunk_count; ++k) {
-    std::vector<float>& values = checkpoint.planes.emplace_back(chunk_bytes / 4);
-    const size_t start = k * chunk_bytes;
-    for (size_t i = 0; i < values.size(); ++i) values[i] = load_f32(planes, start + 4 * i);
+  Checkpoint checkpoint{contents.step, {}};
+  for (uint32_t k = 0; k < found.chunk_count; ++k) {
+    std::vector<float>& values = checkpoint.planes.emplace_back(found.chunk_bytes / 4);
+    const size_t start = k * found.chunk_bytes;
+    for (size_t i = 0; i < values.size(); ++i) values[i] = load_f32(contents.planes, start + 4 * i);
   }
   return checkpoint;
 }

@@ -58,6 +58,18 @@ std::string encode(const EnvelopeIdentity& identity, uint64_t step, const std::v
 // describes. `path_for_messages` only names the file in messages.
 Checkpoint decode(std::string_view bytes, const EnvelopeIdentity& expected, const std::string& path_for_messages);
 
+// What a file holds, read without knowing what to expect: a reader that learns its layout from the
+// file (a state dict's schema names its tensors, src/nn/state_dict.hpp) checks the identity itself.
+struct EnvelopeContents {
+  EnvelopeIdentity identity;  // every field as the file stores it
+  uint64_t step = 0;
+  std::string_view planes;    // the planes' bytes, one after another: a view into the bytes inspected
+};
+
+// Steps 1 to 3 of Note [order of checks] (structure, CRC-32, trailing bytes), refusing as decode
+// does; nothing is compared with an expected identity. decode is inspect, then that comparison.
+EnvelopeContents inspect(std::string_view bytes, const std::string& path_for_messages);
+
 // encode, then write_file_atomic: `path` holds either its old content or the whole new checkpoint.
 void write(const std::string& path, const EnvelopeIdentity& identity, uint64_t step,
            const std::vector<std::vector<float>>& planes);

@@ -3,6 +3,7 @@
 
 #include "tapegrad/config.hpp"
 #include "tapegrad/kernels/cpu/cpu_kernels.hpp"
+#include "tapegrad/kernels/matmul_plan.hpp"
 #if TAPEGRAD_WITH_CUDA
 #include "tapegrad/cuda/cuda_kernels.hpp"
 #endif
@@ -105,6 +106,15 @@ void clamp_backward(const Tensor& x, double lo, double hi, const Tensor& dy, Ten
 }
 void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
   TG_DISPATCH("matmul", matmul(a, ta, b, tb, out), &a, &b, &out);
+}
+void matmul_fsum(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
+  if (a.ndim() != 2 || b.ndim() != 2 || out.ndim() != 2)
+    throw Error("[matmul_fsum] takes 2-D matrices, got a " + a.shape().str() + ", b " + b.shape().str() + " and out " +
+                out.shape().str());
+  if (a.dtype() != DType::f64)
+    throw Error(std::string("[matmul_fsum] is an f64 kernel (the reference's arithmetic), got ") + dtype_name(a.dtype()));
+  (void)plan_matmul("matmul_fsum", a, ta, b, tb, out);  // the shapes and dtypes fit, or an error naming them
+  TG_DISPATCH("matmul_fsum", matmul_fsum(a, ta, b, tb, out), &a, &b, &out);
 }
 void transpose(const Tensor& x, Tensor& out) { TG_DISPATCH("transpose", transpose(x, out), &x, &out); }
 void add_row(const Tensor& x, const Tensor& b, Tensor& out) { TG_DISPATCH("add_row", add_row(x, b, out), &x, &b, &out); }

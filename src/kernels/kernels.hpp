@@ -8,7 +8,8 @@
 //
 // Arithmetic order: f64 reductions are correctly rounded (like Python's math.fsum) on every
 // device, and so are f64 exp and log (src/kernels/cr_math.hpp), so the tiny step matches its Python
-// reference and CPU and CUDA agree bit for bit.
+// reference and CPU and CUDA agree bit for bit. Matrix products are the exception: matmul is BLAS's
+// arithmetic (below); matmul_fsum is the correctly rounded one.
 // f32 reductions run in a fixed order (deterministic, not necessarily equal across devices).
 #pragma once
 
@@ -63,11 +64,24 @@ void cast(const Tensor& x, Tensor& out);  // out = x converted to out's dtype (f
 void clamp(const Tensor& x, double lo, double hi, Tensor& y);  // clamp_of (binary_ops.hpp)
 void clamp_backward(const Tensor& x, double lo, double hi, const Tensor& dy, Tensor& dx);
 
-// ---- linear algebra (2-D)
-// out (n, m) = op(a) @ op(b), op = transpose when the flag is set. a (n, k) or (k, n); b (k, m) or (m, k).
+// ---- linear algebra
+// out (..., n, m) = op(a) (..., n, k) @ op(b) (..., k, m), op = transposing the last two axes when
+// the flag is set (a stored (..., k, n), b (..., m, k)). The batch axes (all but the last two) of
+// a, b and out line up from the right and broadcast (NumPy's rule: a missing axis or one of size 1
+// repeats); every product of the broadcast batch lands in its out matrix, and the products that
+// land in the same one (along an axis where out has size 1 or none and a or b more) are summed.
+// That is a batched product and both its gradients: da = sum over b's repeats of dy @ b^T. f32 and
+// f64, through BLAS on the CPU (OpenBLAS, Note [BLAS threads] in cpu/linalg.cpp) and cuBLAS on
+// CUDA: their rounding (fused multiply-adds, their own blocking), the same bits on every run of one
+// machine, and on the CPU for every thread count. Shapes that do not fit are an error naming them.
 void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out);
+// out (n, m) = op(a) @ op(b), 2-D and f64 only, each cell the correctly rounded sum of its k
+// products, each product rounded on its own: the Python reference's math.fsum over them
+// (docs/tiny_step.md, "Arithmetic"); the same bits on every device. One exact sum per cell, so
+// slow: the tiny step's product, not a model's.
+void matmul_fsum(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out);
 void transpose(const Tensor& x, Tensor& out);                    // (n, m) -> (m, n)
-void add_row(const Tensor& x, const Tensor& b, Tensor& out);     // x (n, m) + b (m,) -> (n, m)
+void add_row(const Tensor& x, const Tensor& b, Tensor& out);     // x (n, m) + b (m,) -> (n, m); out may be x
 void sum_rows(const Tensor& x, Tensor& out);                     // x (n, m) -> (m,): column sums
 
 // ---- log-softmax rows and the library's cross-entropy (Note [log-sum-exp rows] in cpu/log_softmax.cpp)

@@ -8,8 +8,8 @@
 // cols (N*Ho*Wo, C*kh*kw), so rows (N*Ho*Wo, O) = cols @ W^T with W viewed as (O, C*kh*kw), and
 // conv2d_rows_to_planes moves each row's O values into the output planes (adding the bias). The
 // backward runs the same products the other way round: drows = dy laid out as rows,
-// dW = drows^T @ cols (the batch summed inside the product, so an f64 dW is one correctly rounded
-// sum), dcols = drows @ W and dx = col2im(dcols), db = the column sums of drows (sum over N, H, W).
+// dW = drows^T @ cols (the batch summed inside the product: one GEMM), dcols = drows @ W and
+// dx = col2im(dcols), db = the column sums of drows (sum over N, H, W).
 // cols is not kept for the backward (it is kh*kw times x's size); the backward rebuilds it only
 // when the weight needs a gradient.
 //

@@ -1,4 +1,7 @@
 // Matrix and shape ops, and full reductions: forward and backward together.
+#include <algorithm>
+#include <array>
+
 #include "tapegrad/ops/common.hpp"
 #include "tapegrad/ops/ops.hpp"
 
@@ -6,31 +9,73 @@ namespace tapegrad::ops {
 
 using namespace detail;
 
-// a (n, k) @ b (k, m) -> (n, m);  da = dy @ b^T (n, k), db = a^T @ dy (k, m)
+namespace {
+
+// torch.matmul's view of a 1-D operand: a (k,) on the left is the one row (1, k), b (k,) on the
+// right the one column (k, 1); the result drops that 1 again.
+Shape as_rows(const Shape& s) { return s.ndim() == 1 ? Shape{1, s[0]} : s; }
+Shape as_columns(const Shape& s) { return s.ndim() == 1 ? Shape{s[0], 1} : s; }
+
+// The product of a (..., n, k) and b (..., k, m), both 2-D or more: their batch axes broadcast
+// from the right (NumPy's rule), then (n, m). shown_a and shown_b are the shapes the caller gave,
+// for the messages.
+Shape product_shape(const Shape& a, const Shape& b, const Shape& shown_a, const Shape& shown_b) {
+  const int na = a.ndim(), nb = b.ndim();
+  if (a[na - 1] != b[nb - 2])
+    throw Error("[matmul] cannot multiply " + shown_a.str() + " by " + shown_b.str() + ": inner sizes " +
+                std::to_string(a[na - 1]) + " and " + std::to_string(b[nb - 2]) + " differ");
+  const int batch = std::max(na, nb) - 2;
+  std::array<int64_t, Shape::kMaxDims> dims{};
+  for (int j = 0; j < batch; ++j) {  // from the innermost batch axis outwards
+    const int64_t ea = j < na - 2 ? a[na - 3 - j] : 1, eb = j < nb - 2 ? b[nb - 3 - j] : 1;
+    if (ea != eb && ea != 1 && eb != 1)
+      throw Error("[matmul] cannot broadcast batch shapes " + Shape(a.begin(), a.end() - 2).str() + " and " +
+                  Shape(b.begin(), b.end() - 2).str() + " of " + shown_a.str() + " and " + shown_b.str() +
+                  ": batch axis " + std::to_string(-1 - j) + " has sizes " + std::to_string(ea) + " and " +
+                  std::to_string(eb));
+    dims[static_cast<size_t>(batch - 1 - j)] = ea == 1 ? eb : ea;
+  }
+  dims[static_cast<size_t>(batch)] = a[na - 2];
+  dims[static_cast<size_t>(batch + 1)] = b[nb - 1];
+  return Shape(dims.begin(), dims.begin() + batch + 2);
+}
+
+}  // namespace
+
+// a (..., n, k) @ b (..., k, m) -> (..., n, m), the batch axes broadcast; a 1-D a (k,) or b (k,)
+// is a row or a column whose axis the result drops (torch.matmul): (k,) @ (k,) -> (), (k,) @
+// (..., k, m) -> (..., m), (..., n, k) @ (k,) -> (..., n).
+// da = dy @ b^T, db = a^T @ dy, each summed over the batch axes its operand was broadcast along
+// (a weight (k, m) used by x (B, T, n, k) gets the sum over B and T).
 Var matmul(Var a, Var b) {
   Graph& g = graph_of("matmul", {a, b});
   const Tensor& x = a.value();
   const Tensor& w = b.value();
-  if (x.ndim() != 2 || w.ndim() != 2 || x.dim(1) != w.dim(0))
+  if (x.ndim() == 0 || w.ndim() == 0)
     throw Error("[matmul] cannot multiply " + x.shape().str() + " by " + w.shape().str() +
-                (x.ndim() == 2 && w.ndim() == 2
-                     ? ": inner sizes " + std::to_string(x.dim(1)) + " and " + std::to_string(w.dim(0)) + " differ"
-                     : ": both must be 2-D"));
+                ": both must have at least 1 dimension (scale multiplies by a number)");
   need_float("matmul", "input", x);
   same_dtype("matmul", x, w);
-  Tensor out = Tensor::empty(Shape{x.dim(0), w.dim(1)}, x.dtype(), x.device());
-  kernels::matmul(x, false, w, false, out);
+  const Shape matrices = product_shape(as_rows(x.shape()), as_columns(w.shape()), x.shape(), w.shape());
+  Shape shape(matrices.begin(), matrices.end() - 2);
+  if (x.ndim() > 1) shape.push_back(matrices[matrices.ndim() - 2]);
+  if (w.ndim() > 1) shape.push_back(matrices[matrices.ndim() - 1]);
+  Tensor out = Tensor::empty(shape, x.dtype(), x.device());
+  Tensor out_matrices = out.reshape(matrices);
+  kernels::matmul(x.reshape(as_rows(x.shape())), false, w.reshape(as_columns(w.shape())), false, out_matrices);
   return g.record("matmul", std::move(out), {a, b}, [](BackwardContext& ctx) {
-    const Tensor& dy = ctx.grad_output();
+    const Tensor x = ctx.input(0).reshape(as_rows(ctx.input(0).shape()));
+    const Tensor w = ctx.input(1).reshape(as_columns(ctx.input(1).shape()));
+    const Tensor dy = ctx.grad_output().reshape(product_shape(x.shape(), w.shape(), x.shape(), w.shape()));
     if (ctx.needs_grad(0)) {
-      Tensor da = like(ctx.input(0));
-      kernels::matmul(dy, false, ctx.input(1), true, da);
-      ctx.accumulate(0, da);
+      Tensor dx = like(x);
+      kernels::matmul(dy, false, w, true, dx);
+      ctx.accumulate(0, dx.reshape(ctx.input(0).shape()));
     }
     if (ctx.needs_grad(1)) {
-      Tensor db = like(ctx.input(1));
-      kernels::matmul(ctx.input(0), true, dy, false, db);
-      ctx.accumulate(1, db);
+      Tensor dw = like(w);
+      kernels::matmul(x, true, dy, false, dw);
+      ctx.accumulate(1, dw.reshape(ctx.input(1).shape()));
     }
   });
 }
@@ -97,6 +142,72 @@ Var mean(Var x) {
     kernels::fill_from_scalar(dx, ctx.grad_output(), static_cast<double>(ctx.input(0).numel()));
     ctx.accumulate(0, dx);
   });
+}
+
+// ---- linear (the N-d ops' linear algebra)
+
+namespace {
+
+// x (..., in) seen as the (N, in) matrix of its rows: N is the product of the leading extents.
+Shape as_matrix_of_rows(const Shape& s) {
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < s.ndim(); ++i) rows *= s[i];  // fits: a Shape's extents' product does
+  return Shape{rows, s[s.ndim() - 1]};
+}
+
+}  // namespace
+
+// x (..., in) @ W (out, in)^T + b (out,) -> (..., out), as torch.nn.functional.linear; b may be an
+// undefined Var (no bias). One GEMM over x's leading axes flattened, x as (N, in).
+// dx = dy @ W, dW = dy^T @ x, db = sum of dy over its N rows (dy as (N, out)).
+Var linear(Var x, Var w, Var b) {
+  const bool bias = b.defined();
+  Graph& g = bias ? graph_of("linear", {x, w, b}) : graph_of("linear", {x, w});
+  const Tensor& v = x.value();
+  const Tensor& W = w.value();
+  need_float("linear", "input", v);
+  same_dtype("linear", v, W);
+  if (W.ndim() != 2) throw Error("[linear] the weight must be 2-D (out, in), got shape " + W.shape().str());
+  if (v.ndim() == 0 || v.dim(v.ndim() - 1) != W.dim(1))
+    throw Error("[linear] cannot apply a weight of shape " + W.shape().str() + " to x of shape " + v.shape().str() +
+                (v.ndim() == 0 ? std::string(": x must have at least 1 dimension")
+                               : ": x's last axis has " + std::to_string(v.dim(v.ndim() - 1)) +
+                                     " features, the weight (out, in) takes " + std::to_string(W.dim(1))));
+  if (bias) {
+    const Tensor& bv = b.value();
+    same_dtype("linear", v, bv);
+    if (bv.ndim() != 1 || bv.dim(0) != W.dim(0))
+      throw Error("[linear] a bias of shape " + bv.shape().str() + " does not fit the weight " + W.shape().str() +
+                  ": it needs (" + std::to_string(W.dim(0)) + ",)");
+  }
+  Shape shape(v.shape().begin(), v.shape().end() - 1);
+  shape.push_back(W.dim(0));
+  Tensor out = Tensor::empty(shape, v.dtype(), v.device());
+  Tensor rows = out.reshape(as_matrix_of_rows(shape));
+  kernels::matmul(v.reshape(as_matrix_of_rows(v.shape())), false, W, true, rows);
+  if (bias) kernels::add_row(rows, b.value(), rows);
+  auto backward = [](BackwardContext& ctx) {
+    const Tensor x = ctx.input(0).reshape(as_matrix_of_rows(ctx.input(0).shape()));  // (N, in)
+    const Tensor& W = ctx.input(1);                                                   // (out, in)
+    const Tensor dy = ctx.grad_output().reshape(as_matrix_of_rows(ctx.grad_output().shape()));  // (N, out)
+    if (ctx.needs_grad(0)) {
+      Tensor dx = like(x);
+      kernels::matmul(dy, false, W, false, dx);
+      ctx.accumulate(0, dx.reshape(ctx.input(0).shape()));
+    }
+    if (ctx.needs_grad(1)) {
+      Tensor dW = like(W);
+      kernels::matmul(dy, true, x, false, dW);
+      ctx.accumulate(1, dW);
+    }
+    if (ctx.node().inputs.size() == 3 && ctx.needs_grad(2)) {
+      Tensor db = like(ctx.input(2));
+      kernels::sum_rows(dy, db);
+      ctx.accumulate(2, db);
+    }
+  };
+  if (bias) return g.record("linear", std::move(out), {x, w, b}, backward);
+  return g.record("linear", std::move(out), {x, w}, backward);
 }
 
 }  // namespace tapegrad::ops

@@ -10,7 +10,8 @@ const std::vector<OpInfo>& op_table() {
   static const std::vector<OpInfo> table = [] {
     std::vector<OpInfo> t = {
         {"gather", "E (V, d), ids (B,) int -> (B, d)", "y[i] = E[ids[i]]", "dE[ids[i]] += dy[i] (row-wise accumulate)"},
-        {"matmul", "(n, k) @ (k, m) -> (n, m)", "y = a @ b", "da = dy @ b^T, db = a^T @ dy"},
+        {"matmul", "(..., n, k) @ (..., k, m) -> (..., n, m), batch axes broadcast; a 1-D side is a row or column",
+         "y = a @ b", "da = dy @ b^T, db = a^T @ dy, each summed over the batch axes it was broadcast along"},
         {"add_row", "(n, m) + (m,) -> (n, m)", "y = x + b, b added to every row", "dx = dy, db = sum over rows of dy"},
         {"scale", "any", "y = x * s", "dx = dy * s"},
     };
@@ -53,6 +54,9 @@ const std::vector<OpInfo>& op_table() {
         {"scaled_dot_product_attention", "q (B, H, Tq, d), k (B, H, Tk, d), v (B, H, Tk, dv) -> (B, H, Tq, dv)",
          "y = softmax(s q k^T + causal mask) v per (B, H); s = 1/sqrt(d) by default",
          "P = exp(s q k^T - lse), dv = P^T dy, dS = P * (dy v^T - rowsum(dy * y)), dq = s dS k, dk = s dS^T q"},
+        // ---- linear algebra of the N-d ops
+        {"linear", "x (..., in), W (out, in), b (out,) or none -> (..., out)", "y = x @ W^T + b",
+         "dx = dy @ W, dW = dy^T @ x, db = sum of dy, over every leading axis"},
         // normalisation and dropout (ops/fused/norm.cpp, ops/fused/dropout.cpp)
         {"layer_norm", "x (..., C), w (C,), b (C,) -> (..., C); w, b optional",
          "y = xhat * w + b, xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps), per row of C",

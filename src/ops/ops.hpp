@@ -101,6 +101,10 @@ Var conv2d(Var x, Var weight, Var bias = Var(), int stride = 1, int padding = 0)
 Var max_pool2d(Var x, int kernel, std::optional<int> stride = std::nullopt, int padding = 0);
 Var avg_pool2d(Var x, int kernel, std::optional<int> stride = std::nullopt, int padding = 0);
 
+// ---- linear algebra of the N-d ops (matmul above takes batches too)
+// x (..., in) @ W (out, in)^T + b (out,) -> (..., out); b an undefined Var for no bias
+Var linear(Var x, Var w, Var b = Var());
+
 }  // namespace tapegrad::ops
 
 // ---- normalisation and dropout: layer_norm, rms_norm (fused/norm.hpp); dropout and its

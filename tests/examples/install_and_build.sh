@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs tapegrad from the build into a temporary root, then builds each example (examples/char_mlp,
-# examples/custom_op, examples/tiny_cnn) as a separate project against it through pkg-config, and runs
+# examples/custom_op, examples/tiny_cnn, examples/attention) as a separate project against it through pkg-config, and runs
 # it: char_mlp's loss must fall, custom_op's op (defined outside the tree) must pass the gradient check,
 # reach the overwrite-bug mode, and dump a tape that `tape show` reads, tiny_cnn's loss must fall and
-# its held-out accuracy pass 90%.
+# its held-out accuracy pass 90%, and attention's loss must halve.
 set -euo pipefail
 BUILD=$1 SOURCE=$2
 root=$(mktemp -d)
@@ -15,7 +15,7 @@ libdir=$(dirname "$(dirname "$pc")")
 export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR="$root/dest"
 echo "installed: $(pkg-config --modversion tapegrad) ($(pkg-config --cflags tapegrad))"
 passed=0
-for example in char_mlp custom_op tiny_cnn; do
+for example in char_mlp custom_op tiny_cnn attention; do
   meson setup "$root/$example" "$SOURCE/examples/$example" > "$root/setup.log" || { cat "$root/setup.log"; exit 1; }
   ninja -C "$root/$example" > "$root/ninja.log" || { cat "$root/ninja.log"; exit 1; }
   echo "== $example"

@@ -167,23 +167,73 @@ TEST_CASE("encode matches the Python golden: bob's checkpoint") {
   CHECK(to_hex(bytes.substr(crc_offset)) == values.at("bob_checkpoint_crc"));
 }
 
+// The small general envelope of gen_bob_golden.py's tiny_checkpoint: its identity and planes.
+io::EnvelopeIdentity tiny_identity() {
+  return {.schema = "tiny-schema",
+          .learner = std::string("tiny\0\xff|", 7),
+          .data = "d",
+          .seed = "",
+          .payload_bytes = 16,
+          .chunk_bytes = 8,
+          .updates_per_invocation = 7,
+          .chunk_count = 2};
+}
+const std::vector<std::vector<float>> tiny_planes = {{1.5f, -2.0f}, {0.25f, 65504.0f}};
+
 TEST_CASE("encode matches the Python golden: a small general envelope") {
-  io::EnvelopeIdentity identity;
-  identity.schema = "tiny-schema";
-  identity.learner = std::string("tiny\0\xff|", 7);
-  identity.data = "d";
-  identity.seed = "";
-  identity.chunk_bytes = 8;
-  identity.chunk_count = 2;
-  identity.payload_bytes = 16;
-  identity.updates_per_invocation = 7;
-  const std::vector<std::vector<float>> planes = {{1.5f, -2.0f}, {0.25f, 65504.0f}};
+  const io::EnvelopeIdentity identity = tiny_identity();
+  const std::vector<std::vector<float>>& planes = tiny_planes;
   const std::string bytes = io::encode(identity, (uint64_t{1} << 40) + 5, planes);
   CHECK(to_hex(bytes) == golden().at("tiny_checkpoint"));
 
   const io::Checkpoint back = io::decode(bytes, identity, "tiny.ckpt");
   CHECK(back.step == (uint64_t{1} << 40) + 5);
   CHECK(back.planes == planes);
+}
+
+TEST_CASE("inspect gives every field a file stores, without an expected identity") {
+  const io::EnvelopeIdentity identity = tiny_identity();
+  const std::vector<std::vector<float>>& planes = tiny_planes;
+  const std::string bytes = io::encode(identity, 42, planes);
+
+  const io::EnvelopeContents found = io::inspect(bytes, "tiny.ckpt");
+  CHECK(found.identity.schema == identity.schema);
+  CHECK(found.identity.learner == identity.learner);
+  CHECK(found.identity.data == "d");
+  CHECK(found.identity.seed.empty());
+  CHECK(found.identity.payload_bytes == 16);
+  CHECK(found.identity.chunk_bytes == 8);
+  CHECK(found.identity.chunk_count == 2);
+  CHECK(found.identity.updates_per_invocation == 7);
+  CHECK(found.step == 42);
+  REQUIRE(found.planes.size() == 16);
+  CHECK(found.planes.data() == bytes.data() + bytes.size() - 4 - 16);  // a view, just before the CRC
+  CHECK(io::load_f32(found.planes, 12) == 65504.0f);
+  // what inspect found is what decode then expects: the file passes
+  CHECK(io::decode(bytes, found.identity, "tiny.ckpt").planes == planes);
+
+  // structure and CRC are still checked, with decode's messages
+  std::string damaged = bytes;
+  damaged[damaged.size() - 6] ^= 1;
+  std::string crc_message;
+  try {
+    io::decode(damaged, identity, "tiny.ckpt");
+  } catch (const tapegrad::RefusedFile& e) {
+    crc_message = e.what();
+  }
+  CHECK(crc_message.rfind("checkpoint tiny.ckpt refused: bad CRC-32: stored ", 0) == 0);
+  CHECK_THROWS_WITH_AS(io::inspect(damaged, "tiny.ckpt"), crc_message.c_str(), tapegrad::RefusedFile);
+  CHECK_THROWS_WITH_AS(io::inspect(bytes.substr(0, 10), "tiny.ckpt"),
+                       "checkpoint tiny.ckpt refused: truncated in the envelope format at offset 8: it needs 4 bytes, "
+                       "the file has 2 left (the file is 10 bytes)",
+                       tapegrad::RefusedFile);
+  std::string longer = bytes;
+  longer.push_back('x');
+  CHECK_THROWS_WITH_AS(io::inspect(longer, "tiny.ckpt"),
+                       ("checkpoint tiny.ckpt refused: 1 trailing bytes after the CRC-32 (the envelope ends at offset " +
+                        std::to_string(bytes.size()) + ", the file is " + std::to_string(bytes.size() + 1) + " bytes)")
+                           .c_str(),
+                       tapegrad::RefusedFile);
 }
 
 TEST_CASE("write then read gives back the step and the planes bit for bit") {

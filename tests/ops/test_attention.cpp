@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "messages.hpp"
+#include "tapegrad/graph/function.hpp"
 #include "tapegrad/graph/graph.hpp"
+#include "tapegrad/kernels/kernels.hpp"
 #include "tapegrad/ops/fused/attention.hpp"
 #include "tapegrad/ops/ops.hpp"
 
@@ -27,6 +29,25 @@ Tensor uniform(const Shape& s, uint64_t seed, DType dtype = DType::f64) {
   for (double& x : v) x = u(rng);
   return Tensor::from_doubles(v, s, dtype);
 }
+
+// a (n, k) @ b (k, m) with correctly rounded sums (kernels::matmul_fsum), the arithmetic the f64
+// kernels promise; ops::matmul is BLAS's. da = dy @ b^T, db = a^T @ dy.
+struct FsumMatmul {
+  static constexpr const char* name = "matmul";
+  static Tensor forward(const std::vector<Tensor>& in, Saved&) {
+    Tensor out = Tensor::empty(Shape{in[0].dim(0), in[1].dim(1)}, in[0].dtype());
+    kernels::matmul_fsum(in[0], false, in[1], false, out);
+    return out;
+  }
+  static void backward(BackwardContext& ctx) {
+    Tensor da = Tensor::empty(ctx.input(0).shape(), DType::f64), db = Tensor::empty(ctx.input(1).shape(), DType::f64);
+    kernels::matmul_fsum(ctx.grad_output(), false, ctx.input(1), true, da);
+    kernels::matmul_fsum(ctx.input(0), true, ctx.grad_output(), false, db);
+    ctx.accumulate(0, da);
+    ctx.accumulate(1, db);
+  }
+};
+Var fsum_matmul(Var a, Var b) { return apply<FsumMatmul>({a, b}); }
 
 void check_values(const Tensor& got, const std::vector<double>& want, const char* what) {
   INFO(what);
@@ -112,7 +133,7 @@ TEST_CASE("scaled_dot_product_attention gives PyTorch's values and gradients at 
   }
 }
 
-TEST_CASE("the f64 forward is softmax(scale(q @ k^T) + mask) @ v op by op, bit for bit") {
+TEST_CASE("the f64 forward is softmax(scale(q @ k^T) + mask) @ v op by op (fsum products), bit for bit") {
   for (bool causal : {false, true}) {
     CAPTURE(causal);
     const int64_t tq = 7, tk = causal ? 7 : 11, d = 5, dv = 3;
@@ -126,7 +147,7 @@ TEST_CASE("the f64 forward is softmax(scale(q @ k^T) + mask) @ v op by op, bit f
       if (fused) {
         out = ops::scaled_dot_product_attention(q, k, v, causal);
       } else {
-        Var s = ops::matmul(ops::reshape(q, {tq, d}), ops::transpose(ops::reshape(k, {tk, d})));
+        Var s = fsum_matmul(ops::reshape(q, {tq, d}), ops::transpose(ops::reshape(k, {tk, d})));
         s = ops::scale(s, 1.0 / std::sqrt(static_cast<double>(d)));
         if (causal) {  // 0 where key j <= query i, -inf above the diagonal
           std::vector<double> mask(static_cast<size_t>(tq * tk));
@@ -134,7 +155,7 @@ TEST_CASE("the f64 forward is softmax(scale(q @ k^T) + mask) @ v op by op, bit f
             for (int64_t j = 0; j < tk; ++j) mask[static_cast<size_t>(i * tk + j)] = j <= i ? 0.0 : -INFINITY;
           s = ops::add(s, g.input(f64(mask, {tq, tk})));
         }
-        out = ops::reshape(ops::matmul(ops::softmax(s), ops::reshape(v, {tk, dv})), {1, 1, tq, dv});
+        out = ops::reshape(fsum_matmul(ops::softmax(s), ops::reshape(v, {tk, dv})), {1, 1, tq, dv});
       }
       *y = out.value().to_doubles();
       g.backward(ops::sum(ops::mul(out, g.input(r))));

@@ -387,6 +387,15 @@ std::vector<Case> cases() {
        },
        "h = F.max_pool2d(torch.relu(F.conv2d(x0, x1, x2, padding=1)), 2)\n"
        "out = F.cross_entropy(F.avg_pool2d(F.conv2d(h, x3, padding=1), 2), x4)"},
+      // ---- matrix products of the N-d ops: batches, broadcast batch axes, 1-D sides, linear
+      {"matmul: batched", {P({2, 3, 4}), P({2, 4, 5})}, BUILD(matmul(x[0], x[1])), "x0 @ x1"},
+      {"matmul: broadcast batch axes", {P({2, 1, 3, 4}), P({3, 4, 2})}, BUILD(matmul(x[0], x[1])), "x0 @ x1"},
+      {"matmul: one weight for a batch", {P({2, 3, 5, 4}), P({4, 3})}, BUILD(matmul(x[0], x[1])), "x0 @ x1"},
+      {"matmul: vector @ batched matrices", {P({4}), P({2, 4, 3})}, BUILD(matmul(x[0], x[1])), "x0 @ x1"},
+      {"matmul: batched matrices @ vector", {P({2, 3, 4}), P({4})}, BUILD(matmul(x[0], x[1])), "x0 @ x1"},
+      {"matmul: dot", {P({6}), P({6})}, BUILD(matmul(x[0], x[1])), "x0 @ x1"},
+      {"linear: bias", {P({2, 3, 4}), P({5, 4}), P({5})}, BUILD(linear(x[0], x[1], x[2])), "F.linear(x0, x1, x2)"},
+      {"linear: no bias, 1-D x", {P({4}), P({5, 4})}, BUILD(linear(x[0], x[1])), "F.linear(x0, x1)"},
       // normalisation and dropout (src/ops/fused/norm.cpp, dropout.cpp): layer_norm against
       // F.layer_norm, rms_norm against its definition (torch 1.13 has no rms_norm), and the two
       // masks every generator draws alike (p = 1, eval mode)

@@ -13,9 +13,9 @@
 //   p_ij = exp(s_ij - lse_i);  delta_i = dout_i . out_i;  dP_ij = dout_i . v_j
 //   dS_ij = p_ij * (dP_ij - delta_i);  dq_i = (sum_j dS_ij k_j) * scale
 //   dk_j = (sum_i dS_ij q_i) * scale;  dv_j = sum_i p_ij dout_i
-// f64: every sum is correctly rounded (exact_sum of the rounded products, as matmul's), and exp and
-// log are the C library's; so the forward gives the bits of the composite
-// softmax(scale(matmul(q, transpose(k))) + mask) @ v, op by op (tests/ops checks it).
+// f64: every sum is correctly rounded (exact_sum of the rounded products, as matmul_fsum's), and
+// exp and log are the C library's; so the forward gives the bits of the composite
+// softmax(scale(q @ k^T) + mask) @ v op by op with matmul_fsum's products (tests/ops checks it).
 // f32: the products and sums in double, in index order, each result rounded to f32 once; lse is
 // rounded to f32 and read back as such. delta stays in double (an f64 scratch for every dtype): a
 // row whose probabilities are one 1 (T = 1, the first row when causal) has out = v exactly, so
