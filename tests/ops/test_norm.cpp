@@ -95,6 +95,38 @@ TEST_CASE("layer_norm and rms_norm: values and gradients as PyTorch computes the
   }
 }
 
+TEST_CASE("layer_norm and rms_norm equal their composites of mean, var and rsqrt (f64, 3-D)") {
+  // the fused nodes against the same functions made of recorded ops; the sums' orders differ, so
+  // the two agree to rounding, not bit for bit
+  const Tensor xv = random({3, 4, 9}, DType::f64, 21), wv = random({9}, DType::f64, 22), bv = random({9}, DType::f64, 23);
+  const Tensor rv = random({3, 4, 9}, DType::f64, 24);
+  for (bool rms : {false, true}) {
+    CAPTURE(rms);
+    std::vector<std::vector<double>> got[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      Graph g;
+      Var x = g.parameter(xv.clone()), w = g.parameter(wv.clone()), b = g.parameter(bv.clone());
+      Var y;
+      if (fused) {
+        y = rms ? ops::rms_norm(x, w, 1e-6) : ops::layer_norm(x, w, b, 1e-5);
+      } else if (rms) {
+        y = ops::mul(ops::mul(x, ops::rsqrt(ops::mean(ops::square(x), {-1}, true) + 1e-6)), w);
+      } else {
+        Var mu = ops::mean(x, {-1}, true), var = ops::var(x, {-1}, true, 0);
+        y = ops::add(ops::mul(ops::mul(ops::sub(x, mu), ops::rsqrt(var + 1e-5)), w), b);
+      }
+      g.backward(ops::sum(ops::mul(y, g.input(rv))));
+      got[fused] = {y.value().to_doubles(), x.grad().to_doubles(), w.grad().to_doubles()};
+      if (!rms) got[fused].push_back(b.grad().to_doubles());
+    }
+    for (size_t k = 0; k < got[0].size(); ++k)
+      for (size_t i = 0; i < got[0][k].size(); ++i) {
+        CAPTURE(k);
+        CHECK(got[1][k][i] == doctest::Approx(got[0][k][i]).epsilon(1e-12));
+      }
+  }
+}
+
 TEST_CASE("the f64 layer_norm sums rows correctly rounded (math.fsum's mean and variance)") {
   // mean = fsum(x) / 8 = 0.5 exactly (a naive sum gives 0.375); Python computed
   //   ((v - m) * (1 / sqrt(fsum((v - m)**2 for v in x) / 8 + 1e-5)) for v in x)

@@ -396,6 +396,31 @@ std::vector<Case> cases() {
       {"matmul: dot", {P({6}), P({6})}, BUILD(matmul(x[0], x[1])), "x0 @ x1"},
       {"linear: bias", {P({2, 3, 4}), P({5, 4}), P({5})}, BUILD(linear(x[0], x[1], x[2])), "F.linear(x0, x1, x2)"},
       {"linear: no bias, 1-D x", {P({4}), P({5, 4})}, BUILD(linear(x[0], x[1])), "F.linear(x0, x1)"},
+      // normalisation and dropout (src/ops/fused/norm.cpp, dropout.cpp): layer_norm against
+      // F.layer_norm, rms_norm against its definition (torch 1.13 has no rms_norm), and the two
+      // masks every generator draws alike (p = 1, eval mode)
+      {"layer_norm: weight and bias", {P({4, 6}, -2, 2), P({6}), P({6})}, BUILD(layer_norm(x[0], x[1], x[2])),
+       "F.layer_norm(x0, (6,), x1, x2, eps=1e-5)"},
+      {"layer_norm: 3-D, no affine, eps 1e-3", {P({2, 3, 5}, -2, 2)}, BUILD(layer_norm(x[0], Var(), Var(), 1e-3)),
+       "F.layer_norm(x0, (5,), eps=1e-3)"},
+      {"layer_norm: bias, no weight", {P({3, 7}), P({7})}, BUILD(layer_norm(x[0], Var(), x[1])),
+       "F.layer_norm(x0, (7,), None, x1)"},
+      {"rms_norm: weight", {P({4, 6}, -2, 2), P({6})}, BUILD(rms_norm(x[0], x[1], 1e-6)),
+       "x0 * torch.rsqrt(x0.pow(2).mean(-1, keepdim=True) + 1e-6) * x1"},
+      {"rms_norm: 3-D, no weight", {P({2, 3, 5})}, BUILD(rms_norm(x[0])),
+       "x0 * torch.rsqrt(x0.pow(2).mean(-1, keepdim=True) + 1e-6)"},
+      {"dropout: p = 1 drops everything", {P({3, 4})},
+       [](const V& x) {
+         Generator gen(1);
+         return dropout(x[0], 1.0, gen);
+       },
+       "F.dropout(x0, 1.0)"},
+      {"dropout: eval mode is the identity", {P({3, 4})},
+       [](const V& x) {
+         Generator gen(1);
+         return mul(dropout(x[0], 0.5, gen, false), x[0]);
+       },
+       "F.dropout(x0, 0.5, training=False) * x0"},
   };
   return c;
 }
