@@ -15,7 +15,7 @@ struct Reduced {
   Shape kept, out;
   int64_t count = 1;  // elements per output
 };
-Reduced reduced_shapes(const char* op, const Shape& shape, const std::vector<bool>& mask, bool keepdim) {
+Reduced reduced_shapes(const Shape& shape, const std::vector<bool>& mask, bool keepdim) {
   Reduced r;
   for (int d = 0; d < shape.ndim(); ++d) {
     const bool m = mask[static_cast<size_t>(d)];
@@ -23,7 +23,6 @@ Reduced reduced_shapes(const char* op, const Shape& shape, const std::vector<boo
     if (m) r.count *= shape[d];
     if (!m || keepdim) r.out.push_back(m ? 1 : shape[d]);
   }
-  (void)op;
   return r;
 }
 
@@ -37,7 +36,7 @@ Var reduce_op(const char* op, Reduce kind, Var x, const std::vector<int>& axes, 
   Graph& g = graph_of(op, {x});
   const Tensor& v = x.value();
   need_float(op, "input", v);
-  const Reduced r = reduced_shapes(op, v.shape(), axes_mask(op, axes, v.ndim()), keepdim);
+  const Reduced r = reduced_shapes(v.shape(), axes_mask(op, axes, v.ndim()), keepdim);
   if (r.count == 0 && (kind == Reduce::mean || kind == Reduce::max))
     throw Error(std::string("[") + op + "] reduces over an empty axis of " + v.shape().str());
   Tensor out = empty_on(r.out, v);
@@ -73,7 +72,7 @@ Var max(Var x, int axis, bool keepdim) {
   if (v.ndim() == 0) return x;
   std::vector<bool> mask(static_cast<size_t>(v.ndim()), false);
   mask[static_cast<size_t>(a)] = true;
-  const Reduced r = reduced_shapes("max", v.shape(), mask, keepdim);
+  const Reduced r = reduced_shapes(v.shape(), mask, keepdim);
   if (r.count == 0) throw Error("[max] reduces over an empty axis of " + v.shape().str());
   Tensor idx = Tensor::empty(r.kept, DType::i64, v.device());
   kernels::argmax(v, a, idx);
@@ -97,7 +96,7 @@ Var argmax(Var x, int axis, bool keepdim) {
   const int a = normalize_axis("argmax", axis, v.ndim());
   std::vector<bool> mask(static_cast<size_t>(v.ndim()), false);
   if (v.ndim() > 0) mask[static_cast<size_t>(a)] = true;
-  const Reduced r = reduced_shapes("argmax", v.shape(), mask, keepdim);
+  const Reduced r = reduced_shapes(v.shape(), mask, keepdim);
   if (r.count == 0) throw Error("[argmax] reduces over an empty axis of " + v.shape().str());
   Tensor idx = Tensor::empty(r.out, DType::i64, v.device());
   if (v.ndim() == 0) kernels::fill(idx, 0);
