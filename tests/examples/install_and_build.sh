@@ -3,7 +3,8 @@
 # examples/custom_op, examples/tiny_cnn, examples/attention) as a separate project against it through pkg-config, and runs
 # it: char_mlp's loss must fall, custom_op's op (defined outside the tree) must pass the gradient check,
 # reach the overwrite-bug mode, and dump a tape that `tape show` reads, tiny_cnn's loss must fall and
-# its held-out accuracy pass 90%, and attention's loss must halve.
+# its held-out accuracy pass 90%, attention's loss must halve, and gpt's validation loss fall below
+# 0.85 of the uniform guess in 60 steps.
 set -euo pipefail
 BUILD=$1 SOURCE=$2
 root=$(mktemp -d)
@@ -15,7 +16,7 @@ libdir=$(dirname "$(dirname "$pc")")
 export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR="$root/dest"
 echo "installed: $(pkg-config --modversion tapegrad) ($(pkg-config --cflags tapegrad))"
 passed=0
-for example in char_mlp custom_op tiny_cnn attention; do
+for example in char_mlp custom_op tiny_cnn attention gpt; do
   meson setup "$root/$example" "$SOURCE/examples/$example" > "$root/setup.log" || { cat "$root/setup.log"; exit 1; }
   ninja -C "$root/$example" > "$root/ninja.log" || { cat "$root/ninja.log"; exit 1; }
   echo "== $example"
@@ -23,6 +24,8 @@ for example in char_mlp custom_op tiny_cnn attention; do
     LD_LIBRARY_PATH="$libdir" "$root/$example/$example" "$root/softplus.json"
     LD_LIBRARY_PATH="$libdir" "$BUILD/apps/tape/tape" show "$root/softplus.json" | grep -q softplus \
       || { echo "FAIL: the tape of the custom op does not show it"; exit 1; }
+  elif [[ $example == gpt ]]; then  # a short run: its validation loss must pass 0.85 of the uniform guess
+    LD_LIBRARY_PATH="$libdir" "$root/$example/$example" --steps 60 | grep -E '^(step (1|60) |validation|sample)'
   else
     LD_LIBRARY_PATH="$libdir" "$root/$example/$example"
   fi
