@@ -388,7 +388,9 @@ StateDict import_safetensors(const std::string& path, size_t max_bytes) {
   try {
     const json::Value header = json::parse(std::string_view(file).substr(8, n), path);
     if (!header.is_object()) refuse_file("the header is not a JSON object");
-    for (const auto& [name, entry] : header.as_object()) {
+    for (const auto& item : header.as_object()) {
+      const std::string& name = item.first;  // not a structured binding: clang 14 cannot capture one
+      const json::Value& entry = item.second;
       if (name == "__metadata__") continue;
       const auto field = [&](const char* key) -> const json::Value& {
         const json::Value* v = entry.is_object() ? entry.find(key) : nullptr;
