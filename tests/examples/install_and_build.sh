@@ -25,7 +25,11 @@ for example in char_mlp custom_op tiny_cnn attention gpt; do
     LD_LIBRARY_PATH="$libdir" "$BUILD/apps/tape/tape" show "$root/softplus.json" | grep -q softplus \
       || { echo "FAIL: the tape of the custom op does not show it"; exit 1; }
   elif [[ $example == gpt ]]; then  # a short run: its validation loss must pass 0.85 of the uniform guess
-    LD_LIBRARY_PATH="$libdir" "$root/$example/$example" --steps 60 | grep -E '^(step (1|60) |validation|sample)'
+    LD_LIBRARY_PATH="$libdir" "$root/$example/$example" --steps 60 --checkpoint "$root/gpt.sd" > "$root/gpt.log"
+    grep -E '^(step (1|60) |validation|sample)' "$root/gpt.log"
+    awk '/^validation loss/ { gsub(/[()]/, ""); ok = $3 < 0.85 * $6 } END { exit !ok }' "$root/gpt.log" \
+      || { echo "FAIL: gpt's validation loss did not fall below 0.85 of the uniform guess"; exit 1; }
+    [[ -s "$root/gpt.sd" ]] || { echo "FAIL: gpt wrote no checkpoint"; exit 1; }
   else
     LD_LIBRARY_PATH="$libdir" "$root/$example/$example"
   fi
