@@ -7,6 +7,7 @@
 // small config's GPU run come next.
 //
 //   gpt [--steps N] [--device cpu|cuda] [--seed S] [--data FILE] [--checkpoint FILE]
+#include <tapegrad/io/atomic_file.hpp>
 #include <tapegrad/tapegrad.hpp>
 
 #include <algorithm>
@@ -14,10 +15,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -89,11 +88,7 @@ int main(int argc, char** argv) {
     const Device device = parse_device(device_name);
     std::string text = kCorpus;
     if (!data.empty()) {
-      std::ifstream in(data, std::ios::binary);
-      if (!in) throw Error("cannot read " + data);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      text = ss.str();
+      text = io::read_file(data);  // a regular file of at most 1 GiB (the default bound), or an error naming it
     }
     const int64_t B = 16, T = 64, C = 128, H = 4;
     const int L = 2;

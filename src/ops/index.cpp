@@ -69,6 +69,8 @@ Var gather(Var x, int axis, Var ids) {
   }, {}, static_cast<double>(a));
 }
 
+namespace {
+
 // (rows, cols) u8 on device: 1 where j > i + k (above the k-th diagonal), 0 elsewhere
 Tensor triangle_above(int64_t rows, int64_t cols, int64_t k, Device device) {
   Tensor m = Tensor::empty(Shape{rows, cols}, DType::u8);
@@ -77,6 +79,8 @@ Tensor triangle_above(int64_t rows, int64_t cols, int64_t k, Device device) {
     for (int64_t j = 0; j < cols; ++j) p[i * cols + j] = j > i + k ? 1 : 0;
   return m.to(device);
 }
+
+}  // namespace
 
 Tensor causal_mask(int64_t t, Device device) {
   if (t < 0) throw Error("[causal_mask] size " + std::to_string(t) + " is negative");

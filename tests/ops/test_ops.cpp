@@ -379,3 +379,32 @@ TEST_CASE("an MLP's f64 gradient check, 16,576 parameters through linear and mat
   };
   CHECK(gradcheck(g, loss, 1e-6) < 1e-8);
 }
+
+TEST_CASE("the N-d ops' other refusals name the op and what is wrong") {
+  Graph g;
+  Var a = g.parameter(random({3, 2}));
+  Var v = g.parameter(random({3}));
+  Var empty = g.parameter(random({0, 3}));
+  Var scalar = g.parameter(random({}));
+  CHECK_THROWS_WITH_AS(ops::clamp(a, NAN, 1.0), "[clamp] bounds must not be NaN", Error);
+  CHECK_THROWS_WITH_AS(ops::slice(scalar, 0, 0, 1), "[slice] cannot slice a 0-d tensor", Error);
+  CHECK_THROWS_WITH_AS(ops::concat({}, 0), "[concat] needs at least one tensor", Error);
+  CHECK_THROWS_WITH_AS(ops::stack({a, v}), "[stack] tensor 1 has shape (3,), tensor 0 (3, 2); stack needs equal shapes",
+                       Error);
+  CHECK_THROWS_WITH_AS(ops::gather(a, 1, g.input(ids({0, 1, 0}))),
+                       "[gather] ids (3,) must have the shape of x (3, 2) outside axis 1", Error);
+  CHECK_THROWS_WITH_AS(ops::reshape(a, {-1, -1}), "[reshape] only one extent may be -1", Error);
+  CHECK_THROWS_WITH_AS(ops::reshape(a, {-2, 3}), "[reshape] extent -2 is negative (only -1, to infer one, is allowed)",
+                       Error);
+  CHECK_THROWS_WITH_AS(ops::causal_mask(-1), "[causal_mask] size -1 is negative", Error);
+  CHECK_THROWS_WITH_AS(ops::tril(v), "[tril] needs at least 2 dimensions, got shape (3,)", Error);
+  CHECK_THROWS_WITH_AS(ops::max(empty, 0), "[max] reduces over an empty axis of (0, 3)", Error);
+  CHECK_THROWS_WITH_AS(ops::argmax(empty, 0), "[argmax] reduces over an empty axis of (0, 3)", Error);
+  CHECK_THROWS_WITH_AS(ops::mean(empty, {0}), "[mean_axes] reduces over an empty axis of (0, 3)", Error);
+  CHECK_THROWS_WITH_AS(ops::logsumexp(empty, 0), "[logsumexp] reduces over an empty axis of (0, 3)", Error);
+  CHECK_THROWS_WITH_AS(ops::log_softmax(g.parameter(random({2, 0}))), "[log_softmax] rows of length 0 in (2, 0)", Error);
+  CHECK_THROWS_WITH_AS(ops::index_select(a, 0, g.input(Tensor::from_vector(std::vector<int32_t>{0, 1, 0, 1}, Shape{2, 2}))),
+                       "[index_select] ids must have 1 dimension, got shape (2, 2)", Error);
+  CHECK_THROWS_WITH_AS(ops::unsqueeze(a, 5), "[unsqueeze] axis 5 is out of range for a tensor of 3 dimensions", Error);
+  CHECK_THROWS_WITH_AS(ops::transpose(a, 0, 2), "[transpose] axis 2 is out of range for a tensor of 2 dimensions", Error);
+}
