@@ -19,8 +19,10 @@
 #include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
 #include "tapegrad/ops/op_table.hpp"
 #include "tapegrad/ops/ops.hpp"
+#include "tapegrad/ops/value_embed.hpp"
 #include "tapegrad/optim/adamw.hpp"
 #include "tapegrad/optim/sgd.hpp"
+#include "tapegrad/optim/sparse.hpp"
 // optimizers' schedules and gradient transforms
 #include "tapegrad/optim/clip.hpp"
 #include "tapegrad/optim/schedule.hpp"

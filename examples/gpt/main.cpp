@@ -1,184 +1,119 @@
-// A character-level GPT (nanoGPT's architecture) written against tapegrad's installed API: the
-// model is the GPT struct below, built from tapegrad::nn layers; training is AdamW with nanoGPT's
-// decay groups and a warmup + cosine schedule, gradients clipped at 1. It trains on a built-in
-// text (or --data FILE), prints one line per step that begins `step N loss X`, evaluates on the
-// last tenth of the text, samples from the trained model and, with --checkpoint, saves its
-// state dict. A first version: docs/nn.md describes the layers; resume, value embeddings and the
-// small config's GPU run come next.
+// gpt: a character-level (or byte-level) GPT trained with tapegrad, written against its installed
+// API. The model is model.hpp (nanoGPT's GPT from tapegrad::nn layers, with value embeddings as an
+// option); train.cpp trains it and samples from it. docs/nn.md, "The GPT example", walks through it.
 //
-//   gpt [--steps N] [--device cpu|cuda] [--seed S] [--data FILE] [--checkpoint FILE]
-#include <tapegrad/io/atomic_file.hpp>
-#include <tapegrad/tapegrad.hpp>
+//   gpt                                   train the tiny config for 200 steps on the built-in corpus,
+//                                         then print a sample
+//   gpt train [--config tiny|small] [--data FILE] [--tokens char|byte] [--steps N]
+//             [--device cpu|cuda] [--dtype f32|f64] [--value-embeds P] [--value-embeds-dense]
+//             [--dropout P] [--checkpoint CKPT [--resume | --force] [--save-every K]]
+//             [--log FILE.csv] [--seed S] [--dump-tape FILE] [--trace FILE] [--sample N]
+//   gpt sample --checkpoint CKPT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]
+//              [--seed S] [--device cpu|cuda]
+//
+// Each training step prints a line that begins `step N loss X`. Exit codes: 0 done, 2 bad input
+// (a bad flag, an unreadable, damaged or mismatched checkpoint, data shorter than one block; then
+// nothing is written), 1 an internal failure.
+#include <CLI/CLI.hpp>
 
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
-#include <random>
-#include <string>
-#include <vector>
+#include <new>
 
-using namespace tapegrad;
+#include "train.hpp"
 
-// ---- the model: nanoGPT's GPT (tiny config: 2 layers, 4 heads, 128 wide, blocks of 64)
-struct GPT : nn::Module {
-  GPT(nn::Factory& f, int64_t vocab, int64_t block, int64_t dim, int64_t heads, int layers)
-      : wte(f, vocab, dim), wpe(f, block, dim), ln_f(f, dim), lm_head(f, dim, vocab, false) {
-    register_module("wte", wte);
-    register_module("wpe", wpe);
-    for (int l = 0; l < layers; ++l) h.emplace_back(f, dim, heads);
-    register_module("h", h);
-    register_module("ln_f", ln_f);
-    register_module("lm_head", lm_head);
-  }
-  const char* kind() const override { return "GPT"; }
-  Var operator()(Var ids, Var positions) {  // ids (B, T) -> logits (B, T, vocab)
-    Var x = wte(ids) + wpe(positions);       // (B, T, C) + (T, C)
-    for (nn::Block& block : h) x = block(x);
-    return lm_head(ln_f(x));
-  }
-  nn::Embedding wte, wpe;
-  nn::ModuleList<nn::Block> h;
-  nn::LayerNorm ln_f;
-  nn::Linear lm_head;
-};
+namespace {
 
-static const char* kCorpus =
-    "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of "
-    "foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of Light, "
-    "it was the season of Darkness, it was the spring of hope, it was the winter of despair, we had "
-    "everything before us, we had nothing before us, we were all going direct to Heaven, we were all going "
-    "direct the other way - in short, the period was so far like the present period, that some of its "
-    "noisiest authorities insisted on its being received, for good or for evil, in the superlative degree "
-    "of comparison only. There were a king with a large jaw and a queen with a plain face, on the throne of "
-    "England; there were a king with a large jaw and a queen with a fair face, on the throne of France. In "
-    "both countries it was clearer than crystal to the lords of the State preserves of loaves and fishes, "
-    "that things in general were settled for ever.\n";
-
-int main(int argc, char** argv) {
-  int steps = 200;
-  uint64_t seed = 1337;
-  std::string device_name = "cpu", data, checkpoint;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "gpt: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--steps") steps = std::atoi(value().c_str());
-    else if (a == "--seed") seed = std::strtoull(value().c_str(), nullptr, 10);
-    else if (a == "--device") device_name = value();
-    else if (a == "--data") data = value();
-    else if (a == "--checkpoint") checkpoint = value();
-    else {
-      std::fprintf(stderr, "gpt: unknown argument '%s' (--steps N --device cpu|cuda --seed S --data FILE --checkpoint FILE)\n", a.c_str());
-      return 2;
-    }
-  }
-  if (steps < 1) {
-    std::fprintf(stderr, "gpt: --steps must be a positive number\n");
+int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "gpt: %s\nRun with --help for more information.\n", e.what());
     return 2;
   }
   try {
-    const Device device = parse_device(device_name);
-    std::string text = kCorpus;
-    if (!data.empty()) {
-      text = io::read_file(data);  // a regular file of at most 1 GiB (the default bound), or an error naming it
-    }
-    const int64_t B = 16, T = 64, C = 128, H = 4;
-    const int L = 2;
-    std::map<char, int32_t> index;
-    std::vector<char> chars;
-    for (char c : text)
-      if (index.emplace(c, static_cast<int32_t>(index.size())).second) chars.push_back(c);
-    const int64_t V = static_cast<int64_t>(chars.size());
-    const size_t split = text.size() * 9 / 10;
-    if (split < static_cast<size_t>(T) + 2 || text.size() - split < static_cast<size_t>(T) + 2)
-      throw Error("the text is too short for blocks of " + std::to_string(T) + " characters");
-
-    Graph g;
-    Generator gen(seed);
-    nn::Factory f{g, gen, DType::f32, device};
-    GPT model(f, V, T, C, H, L);
-    for (auto& [name, p] : model.named_parameters())  // nanoGPT's N(0, 0.02) for the matrices
-      if (p.shape().ndim() == 2) nn::init::normal_(p, 0.0, 0.02, gen);
-    optim::AdamW adamw(optim::decay_groups(model.parameters(), 0.1), {.lr = 1e-3, .beta2 = 0.99});
-    const optim::WarmupCosine schedule(1e-3, std::min(20, steps), steps, 1e-4);  // warmup, then cosine to 1e-4
-
-    std::mt19937_64 rng(seed);
-    std::vector<int32_t> positions(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) positions[static_cast<size_t>(t)] = static_cast<int32_t>(t);
-    const Tensor pos = Tensor::from_vector(positions, Shape{T}, device);
-    auto batch = [&](size_t begin, size_t end, std::vector<int32_t>& xs, std::vector<int32_t>& ys) {
-      std::uniform_int_distribution<size_t> start(begin, end - static_cast<size_t>(T) - 1);
-      xs.clear(), ys.clear();
-      for (int64_t b = 0; b < B; ++b)
-        for (size_t s = start(rng), t = 0; t < static_cast<size_t>(T); ++t)
-          xs.push_back(index[text[s + t]]), ys.push_back(index[text[s + t + 1]]);
-    };
-    auto loss_of = [&](const std::vector<int32_t>& xs, const std::vector<int32_t>& ys) {
-      Var logits = model(g.input(Tensor::from_vector(xs, Shape{B, T}, device)), g.input(pos));
-      return ops::cross_entropy(logits, g.input(Tensor::from_vector(ys, Shape{B, T}, device)));
-    };
-
-    std::vector<int32_t> xs, ys;
-    const auto start = std::chrono::steady_clock::now();
-    for (int step = 0; step < steps; ++step) {
-      adamw.set_lr(schedule.lr(step));
-      batch(0, split, xs, ys);
-      g.clear();
-      g.zero_grad();
-      Var loss = loss_of(xs, ys);
-      g.backward(loss);
-      optim::clip_grad_norm(model.parameters(), 1.0);
-      adamw.step();
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::printf("step %d loss %.4f  %.0f tokens/s\n", step + 1, loss.value().item(),
-                  static_cast<double>((step + 1) * B * T) / seconds);
-    }
-    {  // validation on the last tenth of the text, in eval mode, no tape
-      model.eval();
-      NoGrad off(g);
-      double total = 0;
-      for (int k = 0; k < 8; ++k) {
-        batch(split, text.size(), xs, ys);
-        g.clear();
-        total += loss_of(xs, ys).value().item();
-      }
-      const double uniform = std::log(static_cast<double>(V));
-      std::printf("validation loss %.4f (uniform guess %.4f)\n", total / 8, uniform);
-    }
-    {  // sampling: each next character from the softmax of the last position's logits
-      NoGrad off(g);
-      std::string out = text.substr(0, static_cast<size_t>(T));
-      std::uniform_real_distribution<double> u(0.0, 1.0);
-      for (int k = 0; k < 120; ++k) {
-        std::vector<int32_t> context;
-        for (size_t t = out.size() - static_cast<size_t>(T); t < out.size(); ++t) context.push_back(index[out[t]]);
-        g.clear();
-        std::vector<int32_t> one(context);
-        Var logits = model(g.input(Tensor::from_vector(one, Shape{1, T}, device)), g.input(pos));
-        const std::vector<double> p = ops::softmax(ops::slice(logits, 1, T - 1, T), -1).value().to_doubles();
-        double r = u(rng), acc = 0;
-        size_t pick = p.size() - 1;
-        for (size_t j = 0; j < p.size(); ++j)
-          if ((acc += p[j]) >= r) {
-            pick = j;
-            break;
-          }
-        out += chars[pick];
-      }
-      std::printf("sample: %s\n", out.substr(static_cast<size_t>(T)).c_str());
-    }
-    if (!checkpoint.empty()) nn::save_state_dict(checkpoint, model, {.step = static_cast<uint64_t>(steps)});
-  } catch (const Error& e) {
+    return body();
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "gpt: out of memory\n");
+    return 2;
+  } catch (const tapegrad::Error& e) {  // bad input, a refused file, a device that cannot run it
+    std::fflush(stdout);
     std::fprintf(stderr, "gpt: %s\n", e.what());
     return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "gpt: internal failure: %s\n", e.what());
+    return 1;
   }
-  return 0;
+}
+
+}  // namespace
+
+// A positive finite number, or CLI11's message naming the option.
+const CLI::Validator positive_finite(
+    [](std::string& text) -> std::string {
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      return !text.empty() && *end == 0 && v > 0 && std::isfinite(v) ? "" : "must be a positive finite number, got '" + text + "'";
+    },
+    "a positive finite number");
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpt: a character-level GPT (nanoGPT's) trained with tapegrad.\n"
+               "Without a subcommand: the tiny config, 200 steps on the built-in corpus, then a sample."};
+  app.require_subcommand(0, 1);
+
+  gpt::TrainOptions t;
+  std::string config = "tiny", dtype = "f32", tokens = "char";
+  int64_t value_embeds = 0;
+  bool ve_dense = false;
+  double dropout = -1;
+  CLI::App* train = app.add_subcommand("train", "train (or resume) until --steps, writing the checkpoint at the end");
+  train->add_option("--config", config, "tiny (L2 H4 C128 T64 B16, default) or small (L6 H6 C384 T256 B64)")
+      ->check(CLI::IsMember({"tiny", "small"}));
+  train->add_option("--data", t.data, "a text file to train on (default: the built-in corpus)");
+  train->add_option("--tokens", tokens, "char (the text's characters, default) or byte (V = 256)")
+      ->check(CLI::IsMember({"char", "byte"}));
+  train->add_option("--steps", t.steps, "train until this step (default 200)")->check(CLI::Range(1, 100000000));
+  train->add_option("--device", t.device, "cpu (default) or cuda[:N]");
+  train->add_option("--dtype", dtype, "f32 (default) or f64")->check(CLI::IsMember({"f32", "f64"}));
+  train->add_option("--value-embeds", value_embeds, "P value-embed planes, added to the values of layers 0..P-1")
+      ->check(CLI::Range(0, 1024));
+  train->add_flag("--value-embeds-dense", ve_dense, "look them up with the dense embedding op (for comparison)");
+  train->add_option("--dropout", dropout, "the dropout probability (default: the config's)")->check(CLI::Range(0.0, 0.99));
+  train->add_option("--checkpoint", t.checkpoint, "where the checkpoint goes (written atomically)");
+  CLI::Option* resume = train->add_flag("--resume", t.resume, "continue from --checkpoint up to --steps");
+  train->add_flag("--force", t.force, "replace an existing checkpoint with a fresh run")->excludes(resume);
+  train->add_option("--save-every", t.save_every, "also write the checkpoint every K steps")->check(CLI::Range(1, 100000000));
+  train->add_option("--log", t.log, "a CSV log of every step, and its plot beside it (.svg)");
+  train->add_option("--seed", t.seed, "the seed of the weights, batches and dropout (default 1337)");
+  train->add_option("--dump-tape", t.dump_tape, "write the first step's tape here (for apps/tape)");
+  train->add_option("--trace", t.trace, "for the PyTorch parity test: weights, batches, losses, first gradients");
+  train->add_option("--sample", t.sample_tokens, "print a sample of N tokens at the end")->check(CLI::Range(0, 1000000));
+
+  gpt::SampleOptions s;
+  CLI::App* sample = app.add_subcommand("sample", "print text sampled from a checkpoint");
+  sample->add_option("--checkpoint", s.checkpoint, "the checkpoint")->required();
+  sample->add_option("--prompt", s.prompt, "the text to continue (default: a newline)");
+  sample->add_option("--tokens", s.tokens, "how many tokens to sample (default 200)")->check(CLI::Range(1, 1000000));
+  sample->add_option("--temperature", s.temperature, "divides the logits (default 1)")->check(positive_finite);
+  sample->add_option("--top-k", s.top_k, "sample among the K most likely tokens (default: all)")->check(CLI::Range(0, 1 << 30));
+  sample->add_option("--seed", s.seed, "the sampling seed (default 1337)");
+  sample->add_option("--device", s.device, "cpu (default) or cuda[:N]");
+
+  return run(app, argc, argv, [&]() {
+    if (*sample) return gpt::sample(s);
+    t.config = config;
+    t.preset = gpt::preset(config);
+    t.dtype = dtype == "f64" ? tapegrad::DType::f64 : tapegrad::DType::f32;
+    t.bytes = tokens == "byte";
+    t.preset.model.value_embeds = value_embeds;
+    t.preset.model.ve_mode = ve_dense ? gpt::ValueEmbeds::dense : gpt::ValueEmbeds::sparse;
+    if (dropout >= 0) t.preset.model.dropout = dropout;
+    if (!*train) t.sample_tokens = 200;  // `gpt` alone: the short run and a sample
+    return gpt::train(t);
+  });
 }

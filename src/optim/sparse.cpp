@@ -48,4 +48,20 @@ void SparseAdamW::step(Tensor table, const ops::PulledRows& pulled) {
   if (pulled.count()) kernels::sparse_adamw_rows(table, pulled.rows, pulled.grad, m_, v_, dense_.scalars(t_));
 }
 
+NamedTensors SparseAdamW::state_tensors() const {
+  return {{"sparse_adamw.step", count_tensor(t_)}, {"sparse_adamw.m", m_.clone()}, {"sparse_adamw.v", v_.clone()}};
+}
+
+void SparseAdamW::load_state(const NamedTensors& state) {
+  StateReader in("sparse_adamw", state);
+  const uint64_t t = in.count("sparse_adamw.step");
+  const Tensor& m = in.tensor("sparse_adamw.m", m_.shape(), DType::f32);
+  const Tensor& v = in.tensor("sparse_adamw.v", v_.shape(), DType::f32);
+  in.finish();
+  // everything checked: now the state changes (copied in place, on the moments' device)
+  m_.copy_from(m);
+  v_.copy_from(v);
+  t_ = t;
+}
+
 }  // namespace tapegrad::optim

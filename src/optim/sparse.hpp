@@ -11,6 +11,7 @@
 
 #include "tapegrad/ops/value_embed.hpp"
 #include "tapegrad/optim/adamw.hpp"
+#include "tapegrad/optim/state.hpp"
 
 namespace tapegrad::optim {
 
@@ -33,9 +34,16 @@ class SparseAdamW {
   void step(Tensor table, const ops::PulledRows& pulled);
 
   uint64_t step_count() const { return t_; }
+  // The state for a checkpoint (src/optim/state.hpp's rules): "sparse_adamw.step" () i64 and
+  // "sparse_adamw.m", "sparse_adamw.v", the moments (the table's shape, f32). load_state takes them
+  // back bit for bit, refusing by name a missing, extra or mis-shaped tensor before it changes any.
+  NamedTensors state_tensors() const;
+  void load_state(const NamedTensors& state);
   const Tensor& m() const { return m_; }
   const Tensor& v() const { return v_; }
   const AdamWConfig& config() const { return dense_.config(); }
+  void set_lr(double lr) { dense_.set_lr(lr); }  // for a schedule (schedule.hpp); finite and >= 0
+  double lr() const { return dense_.lr(); }
 
  private:
   AdamW dense_;  // no parameters of its own: it checks the config and gives the scalars of update t

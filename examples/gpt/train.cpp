@@ -1,0 +1,537 @@
+// gpt train and gpt sample (train.hpp): the data, the training loop, checkpoints and bitwise
+// resume, the CSV log and its SVG plot, and sampling with temperature and top-k.
+//
+// Note [what a checkpoint holds]: one file of named tensors (nn::save_tensors, the checkpoint
+// envelope: CRC-checked, written atomically):
+//   model.*         the state dict (nn::state_dict)
+//   adamw.*         AdamW's state (its step, groups, moments)
+//   sparse_adamw.*  SparseAdamW's, with sparse value embeddings
+//   generator.*     the dropout generator's place in its stream
+//   vocab           (V,) u8: the characters in id order (absent for byte-level tokens)
+// and, as the envelope's text fields, the run's settings (learner), the data's identity (data),
+// the seed and the step. The batch of step s is drawn from a generator seeded by (seed, s) alone,
+// and the learning rate is a function of s: so a run resumed at step s takes the same batches,
+// rates and dropout masks as one that never stopped, and ends with the same bits.
+#include "train.hpp"
+
+#include <tapegrad/io/atomic_file.hpp>
+#include <tapegrad/io/envelope.hpp>
+#include <tapegrad/optim/sparse.hpp>
+#include <tapegrad/ops/value_embed.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include "corpus.hpp"
+
+namespace gpt {
+namespace {
+
+[[noreturn]] void refuse(const std::string& what) { throw Error(what); }
+
+std::string fmt(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.10g", x);
+  return b;
+}
+
+// ---- data: a text as token ids, split 9:1 into train and validation
+struct Data {
+  std::vector<int32_t> ids;
+  std::string vocab;  // char-level: the distinct bytes, ascending (id = position); byte-level: empty
+  int64_t V = 0;
+  size_t split = 0;   // train: ids[0, split), validation: ids[split, n)
+  std::string identity;
+};
+
+Data load_data(const std::string& path, bool bytes, int64_t block) {
+  const std::string text = path.empty() ? std::string(kCorpus) : io::read_file(path);
+  const std::string name = path.empty() ? "the built-in corpus" : path;
+  Data d;
+  if (bytes) {
+    d.V = 256;
+    for (unsigned char c : text) d.ids.push_back(c);
+  } else {
+    bool seen[256] = {};
+    for (unsigned char c : text) seen[c] = true;
+    int32_t index[256];
+    for (int c = 0; c < 256; ++c)
+      if (seen[c]) index[c] = static_cast<int32_t>(d.vocab.size()), d.vocab.push_back(static_cast<char>(c));
+    d.V = static_cast<int64_t>(d.vocab.size());
+    for (unsigned char c : text) d.ids.push_back(index[c]);
+  }
+  d.split = d.ids.size() * 9 / 10;
+  const size_t need = static_cast<size_t>(block) + 1;  // one block and its next token
+  if (d.split < need || d.ids.size() - d.split < need)
+    refuse(name + " has " + std::to_string(text.size()) + " bytes: too short for blocks of " + std::to_string(block) +
+           " tokens (its train and validation parts, 9:1, need " + std::to_string(need) + " tokens each)");
+  d.identity = std::string(bytes ? "bytes" : "chars") + " vocab=" + std::to_string(d.V) +
+               " length=" + std::to_string(text.size()) + " crc32=" + std::to_string(io::crc32_of(text));
+  return d;
+}
+
+// B windows of T tokens from ids[begin, end): x and the next tokens y, (B, T) each.
+void draw_batch(const Data& d, std::mt19937_64& rng, size_t begin, size_t end, int64_t B, int64_t T,
+                std::vector<int32_t>& x, std::vector<int32_t>& y) {
+  std::uniform_int_distribution<size_t> start(begin, end - static_cast<size_t>(T) - 1);
+  x.clear(), y.clear();
+  for (int64_t b = 0; b < B; ++b) {
+    const size_t s = start(rng);
+    x.insert(x.end(), d.ids.begin() + static_cast<ptrdiff_t>(s), d.ids.begin() + static_cast<ptrdiff_t>(s) + T);
+    y.insert(y.end(), d.ids.begin() + static_cast<ptrdiff_t>(s) + 1, d.ids.begin() + static_cast<ptrdiff_t>(s) + T + 1);
+  }
+}
+
+// ---- the run's settings as text (the checkpoint's learner field) and back
+std::string settings_text(const std::string& config, const Preset& p, DType dtype, bool bytes) {
+  const Config& c = p.model;
+  std::ostringstream s;
+  s << "gpt config=" << config << " layers=" << c.layers << " heads=" << c.heads << " dim=" << c.dim
+    << " block=" << c.block << " batch=" << c.batch << " dropout=" << fmt(c.dropout) << " value_embeds=" << c.value_embeds
+    << " ve_mode=" << (c.ve_mode == ValueEmbeds::sparse ? "sparse" : "dense") << " dtype=" << dtype_name(dtype)
+    << " tokens=" << (bytes ? "byte" : "char") << " lr=" << fmt(p.lr) << " min_lr=" << fmt(p.min_lr)
+    << " warmup=" << p.warmup << " decay_steps=" << p.decay_steps << " weight_decay=0.1 beta2=0.99 clip=1";
+  return s.str();
+}
+
+std::map<std::string, std::string> fields_of(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  for (std::string word; in >> word;)
+    if (const size_t eq = word.find('='); eq != std::string::npos) out[word.substr(0, eq)] = word.substr(eq + 1);
+  return out;
+}
+
+// The first setting that differs, in the order the run lists them: "layers=2 in the checkpoint,
+// 6 in this run".
+void check_same_settings(const std::string& path, const std::string& file, const std::string& run) {
+  const auto theirs = fields_of(file);
+  if (theirs.empty() || file.rfind("gpt ", 0) != 0) refuse(path + " is not a gpt checkpoint (its settings: '" + file + "')");
+  std::istringstream in(run);
+  for (std::string word; in >> word;) {
+    const size_t eq = word.find('=');
+    if (eq == std::string::npos) continue;
+    const std::string key = word.substr(0, eq), value = word.substr(eq + 1);
+    auto it = theirs.find(key);
+    const std::string had = it == theirs.end() ? "(absent)" : it->second;
+    if (had != value)
+      refuse(path + " was trained with " + key + "=" + had + ", but this run asks for " + key + "=" + value +
+             " (give the same settings, or start a fresh run)");
+  }
+}
+
+int64_t field_int(const std::map<std::string, std::string>& f, const std::string& path, const char* key, int64_t lo,
+                  int64_t hi) {
+  auto it = f.find(key);
+  if (it == f.end()) refuse(path + ": the checkpoint's settings lack " + key);
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(it->second, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != it->second.size() || v < lo || v > hi)
+    refuse(path + ": the checkpoint's " + key + "=" + it->second + " is not an integer from " + std::to_string(lo) +
+           " to " + std::to_string(hi));
+  return v;
+}
+
+// ---- the log: one row per step, kept in memory, written (with its plot) atomically
+struct LogRow {
+  int64_t step;
+  double loss, val, lr, tokens_per_s;  // val: NaN where not evaluated
+};
+
+std::string plot_path(const std::string& log) {
+  return log.ends_with(".csv") ? log.substr(0, log.size() - 4) + ".svg" : log + ".svg";
+}
+
+// Rows of an earlier run's log up to `step` (a resumed run's history), or none if there is no file.
+std::vector<LogRow> read_log(const std::string& path, int64_t step) {
+  std::vector<LogRow> rows;
+  if (!std::filesystem::exists(path)) return rows;
+  std::istringstream in(io::read_file(path));
+  std::string line;
+  if (!std::getline(in, line) || line != "step,loss,val_loss,lr,tokens_per_s")
+    refuse(path + " is not a gpt log (its first line is not 'step,loss,val_loss,lr,tokens_per_s'); "
+                  "give another --log");
+  for (int n = 2; std::getline(in, line); ++n) {
+    LogRow r{};
+    char val[64] = "";
+    long long s = 0;
+    if (std::sscanf(line.c_str(), "%lld,%lf,%63[^,],%lf,%lf", &s, &r.loss, val, &r.lr, &r.tokens_per_s) != 5 &&
+        std::sscanf(line.c_str(), "%lld,%lf,,%lf,%lf", &s, &r.loss, &r.lr, &r.tokens_per_s) != 4)
+      refuse(path + ": line " + std::to_string(n) + " is not a log row: '" + line + "'");
+    r.step = s;
+    r.val = val[0] ? std::strtod(val, nullptr) : NAN;
+    if (r.step <= step) rows.push_back(r);
+  }
+  return rows;
+}
+
+// An SVG of the train loss (every step) and the validation loss (where evaluated) against the step.
+std::string plot_svg(const std::vector<LogRow>& rows, const std::string& title) {
+  const double W = 720, H = 420, left = 60, right = 20, top = 40, bottom = 50;
+  double lo = INFINITY, hi = -INFINITY;
+  int64_t s0 = rows.empty() ? 0 : rows.front().step, s1 = rows.empty() ? 1 : rows.back().step;
+  for (const LogRow& r : rows)
+    for (double v : {r.loss, r.val})
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+  if (!(lo < hi)) lo = std::isfinite(lo) ? lo - 1 : 0, hi = lo + 2;
+  if (s1 == s0) s1 = s0 + 1;
+  auto X = [&](double s) { return left + (s - static_cast<double>(s0)) / static_cast<double>(s1 - s0) * (W - left - right); };
+  auto Y = [&](double v) { return top + (hi - v) / (hi - lo) * (H - top - bottom); };
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(1);
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << ' '
+    << H << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    << "<text x=\"" << W / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">" << title << "</text>\n";
+  for (int k = 0; k <= 4; ++k) {  // loss grid lines and labels
+    const double v = lo + (hi - lo) * k / 4;
+    o << "<line x1=\"" << left << "\" x2=\"" << W - right << "\" y1=\"" << Y(v) << "\" y2=\"" << Y(v)
+      << "\" stroke=\"#ddd\"/><text x=\"" << left - 6 << "\" y=\"" << Y(v) + 4 << "\" text-anchor=\"end\">";
+    o.precision(2);
+    o << v << "</text>\n";
+    o.precision(1);
+  }
+  for (int k = 0; k <= 4; ++k) {
+    const double s = static_cast<double>(s0) + static_cast<double>(s1 - s0) * k / 4;
+    o << "<text x=\"" << X(s) << "\" y=\"" << H - bottom + 18 << "\" text-anchor=\"middle\">" << std::llround(s)
+      << "</text>\n";
+  }
+  o << "<text x=\"" << W / 2 << "\" y=\"" << H - 12 << "\" text-anchor=\"middle\">step</text>\n"
+    << "<text x=\"16\" y=\"" << H / 2 << "\" transform=\"rotate(-90 16 " << H / 2 << ")\" text-anchor=\"middle\">loss</text>\n";
+  auto line = [&](const char* id, const char* colour, auto value) {
+    o << "<polyline id=\"" << id << "\" fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"1.5\" points=\"";
+    for (const LogRow& r : rows)
+      if (std::isfinite(value(r))) o << X(static_cast<double>(r.step)) << ',' << Y(value(r)) << ' ';
+    o << "\"/>\n";
+  };
+  line("train", "#1f77b4", [](const LogRow& r) { return r.loss; });
+  line("validation", "#d62728", [](const LogRow& r) { return r.val; });
+  o << "<text x=\"" << W - right - 150 << "\" y=\"" << top + 4 << "\" fill=\"#1f77b4\">train loss</text>\n"
+    << "<text x=\"" << W - right - 150 << "\" y=\"" << top + 20 << "\" fill=\"#d62728\">validation loss</text>\n</svg>\n";
+  return o.str();
+}
+
+void write_log(const std::string& path, const std::vector<LogRow>& rows, const std::string& title) {
+  std::ostringstream csv;
+  csv << "step,loss,val_loss,lr,tokens_per_s\n";
+  for (const LogRow& r : rows)
+    csv << r.step << ',' << fmt(r.loss) << ',' << (std::isfinite(r.val) ? fmt(r.val) : "") << ',' << fmt(r.lr) << ','
+        << fmt(r.tokens_per_s) << '\n';
+  io::write_file_atomic(path, csv.str());
+  io::write_file_atomic(plot_path(path), plot_svg(rows, title));
+}
+
+std::string seconds_text(double s) {
+  char b[32];
+  if (s < 60) std::snprintf(b, sizeof b, "%.0fs", s);
+  else if (s < 3600) std::snprintf(b, sizeof b, "%dm%02ds", static_cast<int>(s / 60), static_cast<int>(s) % 60);
+  else std::snprintf(b, sizeof b, "%dh%02dm", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
+  return b;
+}
+
+// The text of ids: vocab[id] for a character-level model, the byte id for a byte-level one.
+std::string decode(const std::string& vocab, const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s.push_back(vocab.empty() ? static_cast<char>(id) : vocab[static_cast<size_t>(id)]);
+  return s;
+}
+
+// n tokens after `context`, each drawn from softmax(logits / temperature) of the last position,
+// restricted to the top_k most likely tokens (0: all), in eval mode without a tape.
+std::vector<int32_t> generate(GPT& model, Graph& g, std::vector<int32_t> context, int64_t n, double temperature,
+                              int64_t top_k, uint64_t seed, Device device) {
+  model.eval();
+  NoGrad off(g);
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> out;
+  const int64_t T = model.config.block;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t t = std::min<int64_t>(T, static_cast<int64_t>(context.size()));
+    const std::vector<int32_t> window(context.end() - t, context.end());
+    std::vector<int32_t> positions(static_cast<size_t>(t));
+    for (int64_t i = 0; i < t; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    g.clear();
+    Var logits = model(g.input(Tensor::from_vector(window, Shape{1, t}, device)),
+                       g.input(Tensor::from_vector(positions, Shape{t}, device)));
+    std::vector<double> z = ops::slice(logits, 1, t - 1, t).value().to_doubles();  // (V,)
+    for (double& v : z) v /= temperature;
+    if (top_k > 0 && top_k < static_cast<int64_t>(z.size())) {
+      std::vector<double> sorted(z);
+      std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<>());
+      const double kth = sorted[static_cast<size_t>(top_k - 1)];
+      for (double& v : z)
+        if (v < kth) v = -INFINITY;
+    }
+    const double top = *std::max_element(z.begin(), z.end());
+    for (double& v : z) v = std::exp(v - top);
+    std::discrete_distribution<int32_t> pick(z.begin(), z.end());
+    const int32_t next = pick(rng);
+    context.push_back(next);
+    out.push_back(next);
+  }
+  g.clear();
+  model.train();
+  return out;
+}
+
+}  // namespace
+
+Preset preset(const std::string& name) {
+  Preset p;
+  if (name == "tiny") {  // L2 H4 C128 T64 B16: seconds on a laptop's CPU
+    p.model = {.block = 64, .dim = 128, .heads = 4, .layers = 2, .batch = 16};
+    p.warmup = 20, p.decay_steps = 2000, p.eval_every = 50, p.eval_batches = 8;
+  } else if (name == "small") {  // nanoGPT's shakespeare_char: L6 H6 C384 T256 B64, dropout 0.2
+    p.model = {.block = 256, .dim = 384, .heads = 6, .layers = 6, .batch = 64, .dropout = 0.2};
+    p.warmup = 100, p.decay_steps = 5000, p.eval_every = 250, p.eval_batches = 20;
+  } else {
+    refuse("unknown --config '" + name + "': tiny (L2 H4 C128 T64 B16) or small (L6 H6 C384 T256 B64)");
+  }
+  return p;
+}
+
+int train(const TrainOptions& o) {
+  Preset p = o.preset;
+  Config& c = p.model;
+  if (c.value_embeds > c.layers)
+    refuse("--value-embeds " + std::to_string(c.value_embeds) + " is more than the " + std::to_string(c.layers) +
+           " layers: plane p feeds layer p");
+  if (o.checkpoint.empty() && (o.resume || o.save_every)) refuse("--resume and --save-every need --checkpoint FILE");
+  const Device device = parse_device(o.device);
+  const Data data = load_data(o.data, o.bytes, c.block);
+  c.vocab = data.V;
+  const std::string settings = settings_text(o.config, p, o.dtype, o.bytes);
+
+  // Everything a resume reads is read and checked before anything is built or written.
+  nn::StateDict saved;
+  nn::StateDictFile info;
+  int64_t step = 0;
+  if (o.resume) {
+    if (!std::filesystem::exists(o.checkpoint)) refuse("no checkpoint at " + o.checkpoint + " to resume from");
+    saved = nn::load_tensors(o.checkpoint, &info);
+    check_same_settings(o.checkpoint, info.learner, settings);
+    if (info.data != data.identity)
+      refuse(o.checkpoint + " was trained on other data (" + info.data + "), not this run's (" + data.identity + ")");
+    if (info.seed != std::to_string(o.seed)) refuse(o.checkpoint + " was trained with --seed " + info.seed);
+    step = static_cast<int64_t>(info.step);
+    if (step > o.steps)
+      refuse(o.checkpoint + " is at step " + std::to_string(step) + ", past --steps " + std::to_string(o.steps));
+  } else if (!o.checkpoint.empty() && std::filesystem::exists(o.checkpoint) && !o.force) {
+    refuse(o.checkpoint + " exists: pass --resume to continue it, or --force to replace it");
+  }
+  std::vector<LogRow> log;
+  if (!o.log.empty() && o.resume) log = read_log(o.log, step);
+
+  Graph g;
+  Generator gen(o.seed);
+  nn::Factory f{g, gen, o.dtype, device};
+  GPT model(f, c);
+  const bool sparse_ve = c.value_embeds > 0 && c.ve_mode == ValueEmbeds::sparse;
+  std::vector<Var> dense_params;  // everything AdamW updates: all but a sparse value-embed table
+  for (auto& [name, v] : model.named_parameters())
+    if (!(sparse_ve && name == "ve.weight")) dense_params.push_back(v);
+  optim::AdamW adamw(optim::decay_groups(dense_params, 0.1), {.lr = p.lr, .beta2 = 0.99});
+  std::optional<optim::SparseAdamW> sparse;
+  ops::ValueEmbedBuffer buffer;
+  if (sparse_ve) {
+    sparse.emplace(model.ve->weight.value(), optim::AdamWConfig{.lr = p.lr, .beta2 = 0.99, .weight_decay = 0.0});
+    buffer = ops::ValueEmbedBuffer::zeros(model.ve->weight.value(), static_cast<int>(c.value_embeds), DType::f32);
+  }
+  const optim::WarmupCosine schedule(p.lr, p.warmup, p.decay_steps, p.min_lr);
+  if (o.resume) {  // the checks of each load run before it changes anything
+    nn::load_state_dict(model, nn::under(saved, "model."));
+    adamw.load_state(nn::under(saved, "adamw.", false));
+    if (sparse) sparse->load_state(nn::under(saved, "sparse_adamw.", false));
+    nn::load_generator_state(gen, saved);
+  }
+  const std::string where = o.data.empty() ? "the built-in corpus" : o.data;
+  std::printf("gpt %s: %lld parameters, %s on %s%s; %s, %lld tokens (%s), vocab %lld; %s step %lld to %lld\n",
+              o.config.c_str(), static_cast<long long>(model.parameter_count()), dtype_name(o.dtype),
+              device.str().c_str(), c.value_embeds ? (" with " + std::to_string(c.value_embeds) + " value-embed planes (" +
+                                                     (sparse_ve ? "sparse" : "dense") + ")").c_str() : "",
+              where.c_str(), static_cast<long long>(data.ids.size()), o.bytes ? "bytes" : "characters",
+              static_cast<long long>(data.V), o.resume ? "resuming at" : "from", static_cast<long long>(step),
+              static_cast<long long>(o.steps));
+
+  const int64_t B = c.batch, T = c.block;
+  std::vector<int32_t> positions(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) positions[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+  const Tensor pos = Tensor::from_vector(positions, Shape{T}, device);
+  auto loss_of = [&](const std::vector<int32_t>& x, const std::vector<int32_t>& y, const ops::ValueEmbedBuffer& buf) {
+    Var logits = model(g.input(Tensor::from_vector(x, Shape{B, T}, device), "tokens"), g.input(pos, "positions"), buf);
+    return ops::cross_entropy(logits, g.input(Tensor::from_vector(y, Shape{B, T}, device), "targets"));
+  };
+  auto validate = [&]() {  // the same eval_batches batches every time, in eval mode, no tape
+    std::mt19937_64 rng(o.seed ^ 0x76616c6964617465ull);
+    model.eval();
+    NoGrad off(g);
+    double total = 0;
+    std::vector<int32_t> x, y;
+    for (int64_t k = 0; k < p.eval_batches; ++k) {
+      draw_batch(data, rng, data.split, data.ids.size(), B, T, x, y);
+      g.clear();
+      total += loss_of(x, y, {}).value().item();
+    }
+    g.clear();
+    model.train();
+    return total / static_cast<double>(p.eval_batches);
+  };
+  auto save = [&](int64_t at) {
+    nn::StateDict t = nn::prefixed(nn::state_dict(model), "model.");
+    for (auto& e : adamw.state_tensors()) t.push_back(std::move(e));
+    if (sparse)
+      for (auto& e : sparse->state_tensors()) t.push_back(std::move(e));
+    for (auto& e : nn::generator_state(gen)) t.push_back(std::move(e));
+    if (!data.vocab.empty()) {
+      std::vector<uint8_t> v(data.vocab.begin(), data.vocab.end());
+      t.emplace_back("vocab", Tensor::from_vector(v, Shape{data.V}));
+    }
+    nn::save_tensors(o.checkpoint, t, {.learner = settings, .data = data.identity, .seed = std::to_string(o.seed),
+                                       .step = static_cast<uint64_t>(at)});
+  };
+  // the parity trace: the initial weights, each step's batch, loss and rate, the first gradients
+  nn::StateDict trace = o.trace.empty() ? nn::StateDict{} : nn::prefixed(nn::state_dict(model), "init.");
+  std::vector<int32_t> trace_x, trace_y;
+  std::vector<double> trace_loss, trace_lr;
+
+  const std::string title = "gpt " + o.config + ": " + where;
+  std::vector<int32_t> x, y;
+  const int64_t first = step;
+  const auto start = std::chrono::steady_clock::now();
+  model.train();
+  for (; step < o.steps;) {
+    const double lr = schedule.lr(step);
+    adamw.set_lr(lr);
+    if (sparse) sparse->set_lr(lr);
+    std::mt19937_64 rng(o.seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(step + 1));
+    draw_batch(data, rng, 0, data.split, B, T, x, y);
+    g.clear();
+    g.zero_grad();
+    Var loss = loss_of(x, y, buffer);
+    BackwardRecord record;
+    const bool dump = step == first && !o.dump_tape.empty();
+    g.backward(loss, {.record = dump ? &record : nullptr});
+    if (dump) write_tape_dump(o.dump_tape, g, &record, {.title = title + ", step " + std::to_string(step + 1)});
+    if (!o.trace.empty() && step == first)
+      for (auto& [name, v] : model.named_parameters())
+        if (v.grad().defined()) trace.emplace_back("grad." + name, v.grad().to(Device::cpu()).clone());
+    optim::clip_grad_norm(dense_params, 1.0);
+    adamw.step();
+    if (sparse) sparse->step(model.ve->weight.value(), ops::value_embed_pull(buffer));
+    ++step;
+
+    const double value = loss.value().item();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double done = static_cast<double>(step - first), left = static_cast<double>(o.steps - step);
+    const double tokens_per_s = done * static_cast<double>(B * T) / seconds;
+    const double val = step % p.eval_every == 0 || step == o.steps ? validate() : NAN;
+    const int filled = static_cast<int>(20 * step / o.steps);
+    std::printf("step %lld loss %.4f%s lr %.2e | %lld/%lld [%s%s] %3.0f%% | %.0f tok/s | %.1f ms/step | ETA %s\n",
+                static_cast<long long>(step), value,
+                std::isfinite(val) ? (" val " + fmt(std::round(val * 1e4) / 1e4)).c_str() : "", lr,
+                static_cast<long long>(step), static_cast<long long>(o.steps), std::string(static_cast<size_t>(filled), '#').c_str(),
+                std::string(static_cast<size_t>(20 - filled), '.').c_str(), 100.0 * static_cast<double>(step) / static_cast<double>(o.steps),
+                tokens_per_s, 1e3 * seconds / done, seconds_text(seconds / done * left).c_str());
+    std::fflush(stdout);
+    if (!o.trace.empty()) {
+      trace_x.insert(trace_x.end(), x.begin(), x.end());
+      trace_y.insert(trace_y.end(), y.begin(), y.end());
+      trace_loss.push_back(value);
+      trace_lr.push_back(lr);
+    }
+    log.push_back({step, value, val, lr, tokens_per_s});
+    const bool last = step == o.steps;
+    if (!o.checkpoint.empty() && (last || (o.save_every && step % o.save_every == 0))) save(step);
+    if (!o.log.empty() && (last || std::isfinite(val) || (o.save_every && step % o.save_every == 0)))
+      write_log(o.log, log, title);
+    if (std::isfinite(val)) std::printf("validation loss %.4f at step %lld (uniform guess %.4f)\n", val,
+                                        static_cast<long long>(step), std::log(static_cast<double>(data.V)));
+  }
+  if (first == o.steps) std::printf("%s is already at step %lld: nothing to train\n", o.checkpoint.c_str(),
+                                    static_cast<long long>(step));
+  if (!o.trace.empty()) {
+    const int64_t n = static_cast<int64_t>(trace_loss.size());
+    trace.emplace_back("x", Tensor::from_vector(trace_x, Shape{n, B, T}));
+    trace.emplace_back("y", Tensor::from_vector(trace_y, Shape{n, B, T}));
+    trace.emplace_back("loss", Tensor::from_vector(trace_loss, Shape{n}));
+    trace.emplace_back("lr", Tensor::from_vector(trace_lr, Shape{n}));
+    nn::export_safetensors(o.trace, trace);
+  }
+  if (o.sample_tokens > 0) {
+    const std::vector<int32_t> prompt(data.ids.begin(), data.ids.begin() + std::min<int64_t>(T, 16));
+    const auto out = generate(model, g, prompt, o.sample_tokens, 0.8, 0, o.seed, device);
+    std::printf("sample: %s\n", (decode(data.vocab, prompt) + decode(data.vocab, out)).c_str());
+  }
+  return 0;
+}
+
+int sample(const SampleOptions& o) {
+  if (!(o.temperature > 0 && std::isfinite(o.temperature)))
+    refuse("--temperature must be a positive finite number, got " + fmt(o.temperature));
+  const Device device = parse_device(o.device);
+  nn::StateDictFile info;
+  const nn::StateDict saved = nn::load_tensors(o.checkpoint, &info);
+  const auto f = fields_of(info.learner);
+  const std::string& path = o.checkpoint;
+  if (info.learner.rfind("gpt ", 0) != 0) refuse(path + " is not a gpt checkpoint (its settings: '" + info.learner + "')");
+  Config c;
+  c.layers = field_int(f, path, "layers", 1, 1024);
+  c.heads = field_int(f, path, "heads", 1, 1024);
+  c.dim = field_int(f, path, "dim", 1, 65536);
+  c.block = field_int(f, path, "block", 1, 1 << 20);
+  c.value_embeds = field_int(f, path, "value_embeds", 0, c.layers);
+  c.ve_mode = f.count("ve_mode") && f.at("ve_mode") == "dense" ? ValueEmbeds::dense : ValueEmbeds::sparse;
+  const bool bytes = f.count("tokens") && f.at("tokens") == "byte";
+  const DType dtype = f.count("dtype") && f.at("dtype") == "f64" ? DType::f64 : DType::f32;
+  std::string vocab;
+  if (!bytes) {
+    auto it = std::find_if(saved.begin(), saved.end(), [](const auto& e) { return e.first == "vocab"; });
+    if (it == saved.end() || it->second.dtype() != DType::u8 || it->second.ndim() != 1 || it->second.numel() == 0)
+      refuse(path + ": a character-level checkpoint needs a (V,) u8 tensor 'vocab'");
+    const Tensor v = it->second.to(Device::cpu());
+    vocab.assign(reinterpret_cast<const char*>(v.raw_data()), static_cast<size_t>(v.numel()));
+  }
+  c.vocab = bytes ? 256 : static_cast<int64_t>(vocab.size());
+
+  Graph g;
+  Generator gen(0);
+  nn::Factory factory{g, gen, dtype, device};
+  GPT model(factory, c);
+  nn::load_state_dict(model, nn::under(saved, "model."));
+  std::vector<int32_t> prompt;
+  for (unsigned char ch : o.prompt) {
+    if (bytes) {
+      prompt.push_back(ch);
+      continue;
+    }
+    const size_t at = vocab.find(static_cast<char>(ch));
+    if (at == std::string::npos) {
+      char b[32];
+      std::snprintf(b, sizeof b, std::isprint(ch) ? "'%c' (0x%02x)" : "0x%02x", ch, ch);
+      refuse("the prompt's character " + std::string(b) + " is not in " + path + "'s vocabulary of " +
+             std::to_string(vocab.size()) + " characters");
+    }
+    prompt.push_back(static_cast<int32_t>(at));
+  }
+  if (prompt.empty()) {  // no prompt: start from a newline where the vocabulary has one
+    const size_t nl = bytes ? '\n' : vocab.find('\n');
+    prompt.push_back(nl == std::string::npos ? 0 : static_cast<int32_t>(nl));
+  }
+  const auto out = generate(model, g, prompt, o.tokens, o.temperature, o.top_k, o.seed, device);
+  std::printf("%s%s\n", o.prompt.c_str(), decode(vocab, out).c_str());
+  return 0;
+}
+
+}  // namespace gpt

@@ -1,0 +1,53 @@
+// gpt's commands: train (with checkpoints, bitwise resume, a CSV log and its plot) and sample.
+// main.cpp parses the command line into these options; docs/nn.md ("The GPT example") describes
+// the whole program.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model.hpp"
+
+namespace gpt {
+
+// A named preset (nanoGPT's shakespeare_char for small) and its training defaults.
+struct Preset {
+  Config model;
+  double lr = 1e-3, min_lr = 1e-4;
+  int64_t warmup = 100, decay_steps = 5000;  // the schedule: warmup, then cosine to min_lr at decay_steps
+  int64_t eval_every = 250, eval_batches = 20;
+};
+Preset preset(const std::string& name);  // "tiny" or "small"; else tapegrad::Error
+
+struct TrainOptions {
+  std::string config = "tiny";
+  Preset preset = gpt::preset("tiny");
+  std::string data;             // a text file; empty: the built-in corpus
+  bool bytes = false;           // byte-level tokens (V = 256) instead of the text's characters
+  int64_t steps = 200;          // train until this step
+  std::string device = "cpu";
+  DType dtype = DType::f32;
+  uint64_t seed = 1337;
+  std::string checkpoint;       // written at the end (and every save_every steps)
+  bool resume = false;          // continue from `checkpoint`
+  bool force = false;           // a fresh run may replace an existing checkpoint
+  int64_t save_every = 0;
+  std::string log;              // FILE.csv, and its plot beside it (FILE.svg)
+  std::string dump_tape;        // the first step's tape, for apps/tape
+  std::string trace;            // for the PyTorch parity test: a safetensors file (see train.cpp)
+  int64_t sample_tokens = 0;    // after training, print a sample of this many tokens
+};
+int train(const TrainOptions& o);  // 0, or throws tapegrad::Error for bad input
+
+struct SampleOptions {
+  std::string checkpoint;
+  std::string prompt;
+  int64_t tokens = 200;
+  double temperature = 1.0;     // > 0
+  int64_t top_k = 0;            // 0: every token
+  uint64_t seed = 1337;
+  std::string device = "cpu";
+};
+int sample(const SampleOptions& o);
+
+}  // namespace gpt
