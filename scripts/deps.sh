@@ -1,7 +1,8 @@
 # Debian packages tapegrad needs, sourced by scripts/bootstrap.sh, scripts/test.sh and .ci/run.
 # BUILD_PACKAGES build and run it; TEST_PACKAGES are what the test suite adds (graphviz renders the
 # tape's DOT, chromium loads the tape's HTML page, clang builds the fuzzers, python3 runs the
-# fixture generators, python3-torch is tests/oracle's reference). npm (to install playwright-core,
+# fixture generators, python3-torch is tests/oracle's reference, cmake builds examples against the
+# installed CMake package in tests/examples). npm (to install playwright-core,
 # which drives chromium) comes with a Node.js that is already there, or with Debian's npm otherwise:
 # see install_npm (Debian's npm conflicts with the NodeSource nodejs some machines carry).
 BUILD_PACKAGES="meson ninja-build pkg-config g++ libxtensor-dev xtl-dev libxsimd-dev doctest-dev
@@ -9,6 +10,7 @@ BUILD_PACKAGES="meson ninja-build pkg-config g++ libxtensor-dev xtl-dev libxsimd
 # the CPU's matrix products (src/kernels/cpu/linalg.cpp)
 BUILD_PACKAGES="$BUILD_PACKAGES libopenblas-dev"
 TEST_PACKAGES="graphviz chromium python3 python3-torch clang libclang-rt-dev"
+TEST_PACKAGES="$TEST_PACKAGES cmake"
 
 install_packages() {
   export DEBIAN_FRONTEND=noninteractive

@@ -4,7 +4,8 @@
 # it: char_mlp's loss must fall, custom_op's op (defined outside the tree) must pass the gradient check,
 # reach the overwrite-bug mode, and dump a tape that `tape show` reads, tiny_cnn's loss must fall and
 # its held-out accuracy pass 90%, attention's loss must halve, and gpt's validation loss fall below
-# 0.85 of the uniform guess in 60 steps.
+# 0.85 of the uniform guess in 60 steps. Then builds char_mlp and gpt again with CMake through the
+# installed CMake package (find_package(tapegrad)) and runs them: gpt must reach step 5.
 set -euo pipefail
 BUILD=$1 SOURCE=$2
 root=$(mktemp -d)
@@ -32,6 +33,28 @@ for example in char_mlp custom_op tiny_cnn attention gpt; do
     [[ -s "$root/gpt.sd" ]] || { echo "FAIL: gpt wrote no checkpoint"; exit 1; }
   else
     LD_LIBRARY_PATH="$libdir" "$root/$example/$example"
+  fi
+  passed=$((passed + 1))
+done
+# The same install through its CMake package. Its files name no absolute path (they find the prefix
+# from their own place), so the target must point into the DESTDIR root.
+command -v cmake > /dev/null || { echo "FAIL: no cmake to build the examples with (scripts/deps.sh installs it)"; exit 1; }
+config=$(find "$root/dest" -name tapegradConfig.cmake | head -n 1)
+[[ -n "$config" ]] || { echo "FAIL: meson install put no tapegradConfig.cmake in place"; exit 1; }
+for example in char_mlp gpt; do
+  cmake -S "$SOURCE/examples/$example" -B "$root/cmake-$example" -G Ninja -Dtapegrad_DIR="$(dirname "$config")" \
+    > "$root/setup.log" 2>&1 || { cat "$root/setup.log"; exit 1; }
+  cmake --build "$root/cmake-$example" > "$root/ninja.log" 2>&1 || { cat "$root/ninja.log"; exit 1; }
+  grep -q "$root/dest/[^ ]*/libtapegrad.so" "$root/cmake-$example/build.ninja" \
+    || { echo "FAIL: CMake's tapegrad::tapegrad does not point into the install root $root/dest"; exit 1; }
+  echo "== $example (cmake)"
+  if [[ $example == gpt ]]; then  # the meson build's run, a few steps
+    LD_LIBRARY_PATH="$libdir" "$root/cmake-$example/$example" --steps 5 --checkpoint "$root/gpt-cmake.sd" \
+      > "$root/gpt-cmake.log"
+    grep -E '^step (1|5) ' "$root/gpt-cmake.log"
+    grep -q '^step 5 loss' "$root/gpt-cmake.log" || { echo "FAIL: the CMake-built gpt did not reach step 5"; exit 1; }
+  else
+    LD_LIBRARY_PATH="$libdir" "$root/cmake-$example/$example"
   fi
   passed=$((passed + 1))
 done
