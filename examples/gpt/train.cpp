@@ -309,6 +309,8 @@ int train(const TrainOptions& o) {
     refuse("--value-embeds " + std::to_string(c.value_embeds) + " is more than the " + std::to_string(c.layers) +
            " layers: plane p feeds layer p");
   if (o.checkpoint.empty() && (o.resume || o.save_every)) refuse("--resume and --save-every need --checkpoint FILE");
+  if (!o.trace.empty() && (c.dropout > 0 || c.value_embeds > 0))
+    refuse("--trace is for the PyTorch parity test (tests/gpt/parity.py): it needs --dropout 0 and no value embeddings");
   const Device device = parse_device(o.device);
   const Data data = load_data(o.data, o.bytes, c.block);
   c.vocab = data.V;
@@ -467,6 +469,8 @@ int train(const TrainOptions& o) {
     trace.emplace_back("y", Tensor::from_vector(trace_y, Shape{n, B, T}));
     trace.emplace_back("loss", Tensor::from_vector(trace_loss, Shape{n}));
     trace.emplace_back("lr", Tensor::from_vector(trace_lr, Shape{n}));
+    const std::vector<int64_t> shape{c.layers, c.heads, c.dim, c.block, c.batch};
+    trace.emplace_back("config", Tensor::from_vector(shape, Shape{5}));  // L, H, C, T, B
     nn::export_safetensors(o.trace, trace);
   }
   if (o.sample_tokens > 0) {

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""The GPT of examples/gpt in PyTorch, against tapegrad's own run of it.
+
+    parity.py TRACE.safetensors [--steps N] [--device cpu|cuda] [--bench-steps N]
+
+TRACE is what `gpt train --trace TRACE --dropout 0` writes (train.cpp): tapegrad's initial weights
+("init.<name>"), every step's batch ("x", "y": (steps, B, T) i32), its losses and learning rates
+("loss", "lr") and the first step's gradients ("grad.<name>"), and "config" = (L, H, C, T, B).
+This script builds nanoGPT's GPT in PyTorch with the same names (model.hpp: no biases, LayerNorm
+without bias, exact GELU, the head tied to wte), loads the initial weights, and trains on the same
+batches with AdamW (betas 0.9 and 0.99, weight decay 0.1 on the matrices only, the traced rates)
+and clip_grad_norm_ 1. Checks, in the trace's dtype:
+  - the first step's loss within 1e-5 relative (f32) or 1e-10 (f64);
+  - each parameter's first gradient within the same bound, relative in norm
+    (|g_tapegrad - g_torch| / |g_torch|);
+  - every later step's loss within 1e-3 relative.
+Prints one line per check and the worst of each kind; exits 0 when all pass, 1 otherwise.
+--bench-steps N also times N more steps of PyTorch eager on random batches (median ms per step).
+"""
+import argparse
+import json
+import math
+import statistics
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64, "U8": np.uint8}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        out[name] = np.frombuffer(blob[8 + n + a:8 + n + b], dtype=DTYPES[info["dtype"]]).reshape(info["shape"])
+    return out
+
+
+def layer_norm(C):
+    """LayerNorm without a bias (torch 1.13's has no bias=False: its bias stays 0, untrained)."""
+    ln = torch.nn.LayerNorm(C)
+    ln.bias.requires_grad_(False)
+    return ln
+
+
+class Block(torch.nn.Module):
+    def __init__(self, C, H):
+        super().__init__()
+        self.H = H
+        self.ln_1 = layer_norm(C)
+        self.attn = torch.nn.Module()
+        self.attn.c_attn = torch.nn.Linear(C, 3 * C, bias=False)
+        self.attn.c_proj = torch.nn.Linear(C, C, bias=False)
+        self.ln_2 = layer_norm(C)
+        self.mlp = torch.nn.Module()
+        self.mlp.c_fc = torch.nn.Linear(C, 4 * C, bias=False)
+        self.mlp.c_proj = torch.nn.Linear(4 * C, C, bias=False)
+
+    def attention(self, x):
+        B, T, C = x.shape
+        q, k, v = self.attn.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
+        if hasattr(F, "scaled_dot_product_attention"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # torch 1.13: the same product, written out
+            s = (q @ k.transpose(-2, -1)) / math.sqrt(k.shape[-1])
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            y = s.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+        return self.attn.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+    def forward(self, x):
+        x = x + self.attention(self.ln_1(x))
+        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x))))
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, V, L, H, C, T):
+        super().__init__()
+        self.wte = torch.nn.Embedding(V, C)
+        self.wpe = torch.nn.Embedding(T, C)
+        self.h = torch.nn.ModuleList([Block(C, H) for _ in range(L)])
+        self.ln_f = layer_norm(C)
+
+    def forward(self, ids):
+        T = ids.shape[1]
+        x = self.wte(ids) + self.wpe(torch.arange(T, device=ids.device))
+        for block in self.h:
+            x = block(x)
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
+def rel(a, b):
+    d = float(torch.linalg.vector_norm((a - b).double()))
+    n = float(torch.linalg.vector_norm(b.double()))
+    return d / n if n else d
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--steps", type=int, default=0, help="compare this many steps (default: all traced)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--bench-steps", type=int, default=0)
+    a = ap.parse_args()
+    t = read_safetensors(a.trace)
+    L, H, C, T, B = (int(v) for v in t["config"])
+    dtype = torch.float64 if t["init.wte.weight"].dtype == np.float64 else torch.float32
+    tol = 1e-10 if dtype == torch.float64 else 1e-5
+    V = t["init.wte.weight"].shape[0]
+    dev = torch.device(a.device)
+    if dev.type == "cuda":  # the f32 products in f32, as tapegrad's (no TF32)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    model = GPT(V, L, H, C, T).to(dev, dtype)
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    expected = sorted(k[5:] for k in t if k.startswith("init."))
+    if sorted(params) != expected:
+        print(f"FAIL: the PyTorch model's parameters {sorted(params)} are not the trace's {expected}")
+        return 1
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(torch.from_numpy(t["init." + n].copy()))
+    decay = [p for n, p in params.items() if p.ndim >= 2]
+    rest = [p for n, p in params.items() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.99), eps=1e-8)
+    steps = len(t["loss"]) if a.steps == 0 else min(a.steps, len(t["loss"]))
+    print(f"parity: GPT L{L} H{H} C{C} T{T} B{B} V{V} {str(dtype)[6:]} on {dev}, torch {torch.__version__}, "
+          f"{steps} steps")
+    ok = True
+    worst_loss = 0.0
+    for s in range(steps):
+        x = torch.from_numpy(t["x"][s].astype(np.int64)).to(dev)
+        y = torch.from_numpy(t["y"][s].astype(np.int64)).to(dev)
+        for g in opt.param_groups:
+            g["lr"] = float(t["lr"][s])
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x).view(-1, V), y.view(-1))
+        loss.backward()
+        ours = float(t["loss"][s])
+        r = abs(ours - loss.item()) / abs(loss.item())
+        if s == 0:
+            good = r <= tol
+            ok &= good
+            print(f"{'ok  ' if good else 'FAIL'} step 1 loss: tapegrad {ours:.12g}, torch {loss.item():.12g}, "
+                  f"relative {r:.2e} (bound {tol:g})")
+            worst = (0.0, "")
+            for n, p in params.items():
+                g = torch.from_numpy(t["grad." + n].copy()).to(dev)
+                e = rel(g, p.grad)
+                worst = max(worst, (e, n))
+                if e > tol:
+                    ok = False
+                    print(f"FAIL step 1 gradient of {n}: relative {e:.2e} (bound {tol:g})")
+            print(f"{'ok  ' if worst[0] <= tol else 'FAIL'} step 1 gradients of {len(params)} parameters: "
+                  f"worst relative {worst[0]:.2e} ({worst[1]})")
+        else:
+            worst_loss = max(worst_loss, r)
+            if r > 1e-3:
+                ok = False
+                print(f"FAIL step {s + 1} loss: tapegrad {ours:.8g}, torch {loss.item():.8g}, relative {r:.2e}")
+        torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+        opt.step()
+    if steps > 1:
+        print(f"{'ok  ' if worst_loss <= 1e-3 else 'FAIL'} steps 2 to {steps}: worst loss relative "
+              f"{worst_loss:.2e} (bound 1e-3); last loss tapegrad {float(t['loss'][steps - 1]):.6f}")
+    if a.bench_steps:
+        times = []
+        for s in range(a.bench_steps + 3):
+            x = torch.randint(0, V, (B, T), device=dev)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x).view(-1, V), x.view(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+            opt.step()
+            loss.item()
+            times.append(time.perf_counter() - start)
+        print(f"torch eager step: median {1e3 * statistics.median(times[3:]):.2f} ms over {a.bench_steps} steps "
+              f"({str(dtype)[6:]}, {dev}, threads {torch.get_num_threads()})")
+    print("parity: PASS" if ok else "parity: FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
