@@ -413,7 +413,9 @@ int train(const TrainOptions& o) {
   const int64_t first = step;
   const auto start = std::chrono::steady_clock::now();
   model.train();
+  std::vector<double> step_ms;  // each step's wall time, its loss read back (a synchronization)
   for (; step < o.steps;) {
+    const auto step_start = std::chrono::steady_clock::now();
     const double lr = schedule.lr(step);
     adamw.set_lr(lr);
     if (sparse) sparse->set_lr(lr);
@@ -435,6 +437,7 @@ int train(const TrainOptions& o) {
     ++step;
 
     const double value = loss.value().item();
+    step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double done = static_cast<double>(step - first), left = static_cast<double>(o.steps - step);
     const double tokens_per_s = done * static_cast<double>(B * T) / seconds;
@@ -460,6 +463,13 @@ int train(const TrainOptions& o) {
       write_log(o.log, log, title);
     if (std::isfinite(val)) std::printf("validation loss %.4f at step %lld (uniform guess %.4f)\n", val,
                                         static_cast<long long>(step), std::log(static_cast<double>(data.V)));
+  }
+  if (step_ms.size() > 10) {  // the median after the first 10 steps (allocations, library start-up)
+    std::vector<double> tail(step_ms.begin() + 10, step_ms.end());
+    std::nth_element(tail.begin(), tail.begin() + static_cast<ptrdiff_t>(tail.size() / 2), tail.end());
+    const double median = tail[tail.size() / 2];
+    std::printf("median step %.2f ms over steps 11 to %lld (%.0f tokens/s)\n", median, static_cast<long long>(step),
+                static_cast<double>(B * T) / median * 1e3);
   }
   if (first == o.steps) std::printf("%s is already at step %lld: nothing to train\n", o.checkpoint.c_str(),
                                     static_cast<long long>(step));

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# gpu_gpt: examples/gpt on a GPU machine, in one device call (scripts/gpu_check.sh runs it too):
+#  1. the tiny config on CUDA: 30 steps and a resume to 60 against 60 in one run (the same
+#     checkpoint bytes), and a sample from it;
+#  2. the small config (nanoGPT's shakespeare_char sizes) on CUDA, f32, trained on this repository's
+#     own prose (docs/*.md and README.md, about 220 KB): the step time and the validation loss;
+#  3. the PyTorch parity of the small config (tests/gpt/parity.py --device cuda, dropout 0, 100
+#     steps), and PyTorch eager's f32 step time in the same call;
+#  4. the small config with 3 value-embed planes, sparse and dense, against none: step times;
+#  5. bench/gpt_value_embed: the value embeddings at GPT-2's sizes, sparse against dense.
+#
+#   BUILD=DIR LOGS=DIR scripts/gpu_gpt.sh     (BUILD holds tests/gpt/gpt, bench/gpt_value_embed and
+#                                              libtapegrad.so; LD_LIBRARY_PATH set by the caller)
+# Ends with one line per part, PASS/FAIL/INFO; exit 0 when every check passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD:-build-cuda} logs=${LOGS:-gpu-gpt-logs}
+mkdir -p "$logs"
+gpt=$build/tests/gpt/gpt
+python=$(command -v python3)
+status=0
+line() { printf '| %-40s | %-4s | %s\n' "$1" "$2" "$3" | tee -a "$logs/summary.txt"; [[ $2 != FAIL ]] || status=1; }
+w=$(mktemp -d)
+trap 'rm -rf "$w"' EXIT
+
+# 1. tiny on CUDA: resume bit for bit, sampling
+timeout 120 "$gpt" train --device cuda --steps 60 --checkpoint "$w/a.ckpt" > "$logs/tiny_cuda.log" 2>&1
+timeout 120 "$gpt" train --device cuda --steps 30 --checkpoint "$w/b.ckpt" > /dev/null 2>&1
+timeout 120 "$gpt" train --device cuda --steps 60 --checkpoint "$w/b.ckpt" --resume >> "$logs/tiny_cuda.log" 2>&1
+if cmp -s "$w/a.ckpt" "$w/b.ckpt"; then line "tiny, CUDA: 30 + resume to 60 = 60" PASS "same checkpoint bytes; $(grep '^median' "$logs/tiny_cuda.log" | head -1)"
+else line "tiny, CUDA: 30 + resume to 60 = 60" FAIL "checkpoints differ (or a run failed: $logs/tiny_cuda.log)"; fi
+timeout 60 "$gpt" sample --device cuda --checkpoint "$w/a.ckpt" --prompt "It was" --tokens 80 --top-k 10 > "$logs/tiny_sample.txt" 2>&1 \
+  && line "tiny, CUDA: sample" INFO "$(head -c 90 "$logs/tiny_sample.txt" | tr '\n' ' ')" || line "tiny, CUDA: sample" FAIL "see tiny_sample.txt"
+
+# 2. small on CUDA, f32, on the repository's prose
+cat docs/*.md README.md > "$w/prose.txt"
+steps=${SMALL_STEPS:-750}
+timeout 300 "$gpt" train --config small --device cuda --data "$w/prose.txt" --steps "$steps" --log "$logs/small.csv" \
+  --checkpoint "$w/small.ckpt" > "$logs/small.log" 2>&1
+rc=$?
+line "small, CUDA f32, $steps steps" "$([[ $rc == 0 ]] && echo INFO || echo FAIL)" \
+  "$(grep '^median' "$logs/small.log"); $(grep '^validation' "$logs/small.log" | tail -1)"
+timeout 60 "$gpt" sample --device cuda --checkpoint "$w/small.ckpt" --prompt "The engine" --tokens 200 --temperature 0.8 \
+  > "$logs/small_sample.txt" 2>&1
+
+# 3. parity of the small config against PyTorch on this GPU, and PyTorch eager's step time
+timeout 200 "$gpt" train --config small --device cuda --dropout 0 --data "$w/prose.txt" --steps 100 \
+  --trace "$w/small_trace.safetensors" > "$logs/small_parity_run.log" 2>&1
+timeout 300 "$python" tests/gpt/parity.py "$w/small_trace.safetensors" --device cuda --bench-steps 50 \
+  > "$logs/small_parity.log" 2>&1
+rc=$?
+cat "$logs/small_parity.log"
+line "small, CUDA: parity with PyTorch" "$([[ $rc == 0 ]] && echo PASS || echo FAIL)" \
+  "$(grep -E 'gradients|steps 2' "$logs/small_parity.log" | tr '\n' ' ')"
+line "small, CUDA f32, dropout 0: step times" INFO \
+  "tapegrad $(grep '^median' "$logs/small_parity_run.log"); $(grep 'torch eager' "$logs/small_parity.log")"
+
+# 4. value embeddings in the small model
+for ve in "" "--value-embeds 3" "--value-embeds 3 --value-embeds-dense"; do
+  # shellcheck disable=SC2086
+  timeout 120 "$gpt" train --config small --device cuda --data "$w/prose.txt" --steps 60 $ve > "$w/ve.log" 2>&1
+  line "small, CUDA: ${ve:-no value embeddings}" INFO "$(grep '^median' "$w/ve.log")"
+done
+
+# 5. the value embeddings at GPT-2's sizes
+timeout 120 "$build/bench/gpt_value_embed" --device cuda > "$logs/gpt_value_embed.txt" 2>&1
+rc=$?
+cat "$logs/gpt_value_embed.txt"
+line "gpt_value_embed (P3 V50304 D768 T49152)" "$([[ $rc == 0 ]] && echo INFO || echo FAIL)" "$logs/gpt_value_embed.txt"
+exit $status
