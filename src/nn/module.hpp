@@ -9,8 +9,8 @@
 //   then each child's, in registration order, depth first. Each parameter's graph label is its full
 //   name, so tape dumps and errors say which layer a value belongs to.
 // - Each forward opens its module's name scope (Graph::Scope, named by its path), so every node it
-//   records, its children's included, says which layer made it ("h.0.attn.c_attn" inside
-//   "h.0.attn" inside "h.0"): the tape tools group by it.
+//   records says which layer made it; a child's nodes are in the child's scope ("h.0.attn.c_attn",
+//   which the tape tools show inside "h.0.attn", inside "h.0").
 // - A module is neither copied nor moved: a parent keeps pointers to its children. Children are
 //   members (registered in the parent's constructor) or the elements of a ModuleList.
 // - train(bool) and eval() set the mode of the module and of every descendant; dropout reads it.
