@@ -1,6 +1,10 @@
 // tape: read a tape dump (docs/tape-format.md) and show backpropagation step by step.
 //
-//   tape show FILE                      the tape as tables: values, contributions, gradient check
+//   tape show FILE                      the tape as tables: values, contributions, gradient check;
+//                                       a large tape (a GPT's) as one line per scope (layer)
+//     [--scope NAME] [--find TEXT]      one scope's tables; the values whose label, op or scope holds TEXT
+//     [--depth N]                       the summary's scopes N levels deep
+//     [--all | --groups]                every table, or the grouped summary, whatever the size
 //   tape step FILE                      walk it: forward value by value, backward contribution by
 //                                       contribution (keys in a terminal, commands on stdin otherwise)
 //   tape dot FILE [-o OUT.dot]          Graphviz DOT (render with: dot -Tsvg OUT.dot > OUT.svg)
@@ -32,9 +36,21 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<std::string> files;
   std::string out_path;
+  tape::ShowOptions show_options;
 
-  CLI::App* show = app.add_subcommand("show", "the tape as a table");
+  CLI::App* show = app.add_subcommand("show", "the tape as tables; a large one (more than " +
+                                                  std::to_string(tape::kShowWholeRows) +
+                                                  " values and contributions) as one line per scope");
   show->add_option("FILE", files, "the tape dump")->required()->expected(1);
+  show->add_option("--scope", show_options.scope,
+                   "only this scope (a layer, \"h.0.attn\") and the scopes inside it: its summary and tables");
+  show->add_option("--find", show_options.find,
+                   "only the values whose label, op or scope holds this text (case-insensitive), or \"#N\"");
+  show->add_option("--depth", show_options.depth, "the summary's scopes this many levels deep (default: as many "
+                                                "levels as fit " + std::to_string(tape::kSummaryRows) + " lines)")
+      ->check(CLI::Range(1, 1000));
+  CLI::Option* all = show->add_flag("--all", show_options.all, "every table, however large the tape");
+  show->add_flag("--groups", show_options.groups, "one line per scope, however small the tape")->excludes(all);
   CLI::App* step = app.add_subcommand("step", "step through forward and backward (n, b, j N, q)");
   step->add_option("FILE", files, "the tape dump")->required()->expected(1);
   CLI::App* dot = app.add_subcommand("dot", "Graphviz DOT of the graph and its gradients");
@@ -54,7 +70,7 @@ int main(int argc, char** argv) {
     std::vector<tape::Tape> tapes;
     for (const std::string& f : files) tapes.push_back(tape::read_tape(f));
     if (*show) {
-      print(tape::show_table(tapes[0]));
+      print(tape::show_tape(tapes[0], show_options));
     } else if (*step) {
       if (isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)) return tape::step_terminal(tapes[0]);
       return tape::step_lines(tapes[0], std::cin, std::cout);

@@ -3,7 +3,8 @@
 //
 // Rule: the page is one file that needs nothing else: the dumps go in as JSON inside a
 // <script type="application/json"> element, with every "<" written as \u003c so no text in a dump
-// (a label, a title) can close that element.
+// (a label, a title) can close that element. Beside each dump go its values grouped by scope
+// (tape_file.hpp's Group), so the page and `tape show` group by one rule.
 #include <algorithm>
 
 #include "tapegrad/tensor/error.hpp"
@@ -34,6 +35,29 @@ std::string script_safe_json(const json::Value& v) {
   return out;
 }
 
+// The tape's values grouped by scope (tape_file.hpp's Group), for the page's outline.
+json::Value groups_json(const Tape& t) {
+  auto ints = [](const std::vector<int>& v) {
+    json::Value::Array out;
+    for (int x : v) out.emplace_back(static_cast<int64_t>(x));
+    return out;
+  };
+  json::Value::Array list;
+  for (const Group& g : t.groups) {
+    json::Value item = json::Value::Object{};
+    item.set("name", g.name);
+    item.set("parent", static_cast<int64_t>(g.parent));
+    item.set("depth", static_cast<int64_t>(g.depth));
+    item.set("children", ints(g.children));
+    item.set("entries", ints(g.entries));
+    item.set("first", static_cast<int64_t>(g.first));
+    item.set("values", static_cast<int64_t>(g.values));
+    item.set("nodes", static_cast<int64_t>(g.nodes));
+    list.push_back(std::move(item));
+  }
+  return list;
+}
+
 std::string base_name(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }
 
 }  // namespace
@@ -45,6 +69,7 @@ std::string to_html(const std::vector<Tape>& tapes) {
     json::Value item = json::Value::Object{};
     item.set("file", base_name(t.path));
     item.set("dump", t.document);
+    item.set("groups", groups_json(t));
     list.push_back(std::move(item));
   }
   const std::string title = tapes[0].title.empty() ? base_name(tapes[0].path) : tapes[0].title;

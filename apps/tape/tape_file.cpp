@@ -4,6 +4,7 @@
 // so that each refusal names exactly what is wrong and where.
 #include "tape_file.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -56,6 +57,13 @@ class Field {
   const std::string& where() const { return where_; }
   bool is_null() const { return v_.is_null(); }
 
+  // The field `key` when it is there (an optional field), else nothing.
+  std::optional<Field> maybe(const char* key) const {
+    if (!v_.is_object()) refuse(std::string("must be an object, got ") + v_.type_name());
+    const json::Value* child = v_.find(key);
+    if (!child) return std::nullopt;
+    return Field(*child, where_.empty() ? key : where_ + "." + key, file_);
+  }
   Field at(const char* key) const {
     if (!v_.is_object()) refuse(std::string("must be an object, got ") + v_.type_name());
     const json::Value* child = v_.find(key);
@@ -172,6 +180,10 @@ Entry read_entry(const Field& f, int index) {
   e.id = static_cast<int32_t>(f.at("id").integer(-kMaxId, kMaxId));
   e.kind = f.at("kind").one_of({"parameter", "input", "activation"});
   e.label = f.at("label").string();
+  if (const std::optional<Field> scope = f.maybe("scope")) {  // optional: older dumps have none
+    e.scope = scope->string();
+    if (e.scope.empty()) scope->refuse("must name a scope (a value outside every scope has no \"scope\")");
+  }
   Field op = f.at("op"), node = f.at("node");
   if (op.is_null() != node.is_null()) f.refuse("must have both \"op\" and \"node\" or neither (one is null)");
   if (!op.is_null()) {
@@ -225,6 +237,54 @@ void check_values(Tape& t, const std::vector<Field>& values) {
                                          ", which is not recorded before it");
     }
   }
+}
+
+// The groups of Tape::groups, made in record order: a scope's group (and every group above it,
+// by the dots) the first time a value names it.
+void group_values(Tape& t) {
+  t.groups.assign(1, Group{});
+  std::unordered_map<std::string, int> index_of{{"", 0}};
+  auto group_of = [&](const std::string& scope) {
+    int at = 0;
+    for (size_t end = 0;; ++end) {
+      end = scope.find('.', end);
+      std::string prefix = scope.substr(0, end);
+      auto [it, fresh] = index_of.try_emplace(prefix, static_cast<int>(t.groups.size()));
+      if (fresh) {
+        Group g;
+        g.name = std::move(prefix);
+        g.parent = at;
+        g.depth = t.groups[static_cast<size_t>(at)].depth + 1;
+        t.groups[static_cast<size_t>(at)].children.push_back(it->second);
+        t.groups.push_back(std::move(g));
+      }
+      at = it->second;
+      if (end == std::string::npos) break;
+    }
+    return at;
+  };
+  std::vector<int> first_reader(t.values.size(), -1);
+  for (const Entry& e : t.values)
+    for (int32_t id : e.inputs) {
+      int& r = first_reader[t.index_of_id.at(id)];
+      if (r < 0) r = e.index;
+    }
+  for (Entry& e : t.values) {
+    const int reader = first_reader[static_cast<size_t>(e.index)];
+    const std::string& scope = !e.scope.empty() || e.node >= 0 || reader < 0 ? e.scope : t.values[static_cast<size_t>(reader)].scope;
+    e.group = scope.empty() ? 0 : group_of(scope);
+    t.groups[static_cast<size_t>(e.group)].entries.push_back(e.index);
+    for (int g = e.group; g >= 0; g = t.groups[static_cast<size_t>(g)].parent) {
+      Group& up = t.groups[static_cast<size_t>(g)];
+      if (up.values++ == 0 || (up.nodes == 0 && e.node >= 0)) up.first = e.index;
+      up.nodes += e.node >= 0;
+    }
+  }
+  // Children in forward order: parameters are made before the step, in whatever order the model
+  // built its layers, so a group's first op output orders it, not its first value.
+  for (Group& g : t.groups)
+    std::stable_sort(g.children.begin(), g.children.end(),
+                     [&](int a, int b) { return t.groups[static_cast<size_t>(a)].first < t.groups[static_cast<size_t>(b)].first; });
 }
 
 Event read_event(const Field& f, const Tape& t) {
@@ -315,6 +375,7 @@ Tape parse_tape(std::string_view text, const std::string& path) {
   const std::vector<Field> values = doc.at("values").items();
   for (size_t i = 0; i < values.size(); ++i) t.values.push_back(read_entry(values[i], static_cast<int>(i)));
   check_values(t, values);
+  group_values(t);
 
   Field backward = doc.at("backward");
   t.has_backward = !backward.is_null();

@@ -36,6 +36,8 @@ struct Entry {
   int32_t id = 0;        // the graph's id: parameters are negative
   std::string kind;      // "parameter", "input" or "activation"
   std::string label;     // may be empty
+  std::string scope;     // the name scope it was recorded in ("h.0.attn"), or empty
+  int group = 0;         // its place in Tape::groups (parse_tape fills it)
   std::string op;        // empty when no node produced it
   int32_t node = -1;     // the node that produced it, -1 when none
   std::vector<int32_t> inputs;  // the ids the op read, in slot order
@@ -76,6 +78,18 @@ struct GradientCheck {
   std::vector<ParameterCheck> parameters;
 };
 
+// A layer of the tape: a name scope and the values recorded in it (docs/tape-format.md, "Scopes"
+// name layers with dots"). Groups form a tree by the dots: "h.0.attn" sits in "h.0", in "h".
+struct Group {
+  std::string name;           // "h.0.attn"; "" for the root: what was recorded outside every scope
+  int parent = -1;            // its place in Tape::groups; -1 for the root
+  int depth = 0;              // 0 for the root, 1 for "h", 2 for "h.0", …
+  std::vector<int> children;  // by `first`: in forward order
+  std::vector<int> entries;   // its own values (indices into Tape::values), in record order
+  int first = 0;              // the index of the first op output in it or below it (of the first value when none)
+  int values = 0, nodes = 0;  // counted over it and every group below it
+};
+
 struct Tape {
   std::string path;  // as given, for messages
   int version = 0;
@@ -87,6 +101,10 @@ struct Tape {
   std::vector<int32_t> visits;  // node indices, in the order their backward ran
   std::vector<Event> events;
   std::optional<GradientCheck> gradient_check;
+  // The values grouped by scope: groups[0] is the root, a parent comes before its children. A value
+  // sits in the group of its scope; a parameter or an input without one sits in its first reader's.
+  std::vector<Group> groups;
+  bool has_scopes() const { return groups.size() > 1; }
   json::Value document;  // the dump as parsed, for pages that embed it
   // Where each id and each node's output sit in `values` (parse_tape fills both), so that lookups
   // are constant time: a long chain's checks and views stay linear in its length.

@@ -16,6 +16,13 @@
 // in the same order), but it would hide the meeting from the overwrite-bug mode and from a record. So while either is on (contributions_observed()), a fused
 // backward hands its contributions over one by one, as the unfused ops would, and the engine sees
 // them meet. The engine itself knows no fused op.
+//
+// Note [name scopes]
+// A model of thousands of nodes is read by its layers: every value recorded while a Graph::Scope is
+// open keeps the scope's name (nn modules open theirs in each forward), and tape dumps and their
+// viewers group by it. A value holds an index into a small table of interned names, not a string.
+// clear() drops the names only values of the tape held; a parameter's and an open scope's survive
+// it, renumbered. Nothing in the backward reads a scope.
 #include "tapegrad/graph/graph.hpp"
 
 #include <cstring>
@@ -127,6 +134,10 @@ Tensor Var::grad_entries_for_write() const {
 }
 bool Var::requires_grad() const { return graph().checked(*this).requires_grad; }
 const std::string& Var::label() const { return graph().checked(*this).label; }
+const std::string& Var::scope() const {
+  const Value& v = graph().checked(*this);
+  return g_->scope_name(v.scope);
+}
 Var& Var::label(std::string name) {
   graph().checked(*this);
   g_->mutable_value(id_).label = std::move(name);
@@ -151,9 +162,20 @@ Var Graph::push_value(StableVector<Value>& into, int32_t id, Tensor data, ValueK
   v.data = std::move(data);
   v.kind = kind;
   v.requires_grad = requires_grad;
+  v.scope = current_scope();
   v.serial = next_serial_++;
   v.label = std::move(label);
   return Var(this, id, v.serial, slot_, generation_);
+}
+
+Graph::Scope::Scope(Graph& g, const std::string& name) : g_(g) {
+  uint32_t id = g.current_scope();
+  if (!name.empty()) {
+    const auto [it, fresh] = g.scope_ids_.try_emplace(name, static_cast<uint32_t>(g.scope_names_.size()));
+    if (fresh) g.scope_names_.push_back(name);
+    id = it->second;
+  }
+  g.scope_stack_.push_back(id);
 }
 
 Var Graph::parameter(Tensor value, std::string label) {
@@ -220,6 +242,21 @@ void Graph::clear() {
   values_.clear();
   nodes_.clear();
   freed_ = false;
+  // Keep the scope names a parameter or an open Scope holds, renumbered (Note [name scopes]).
+  std::vector<uint32_t> renumbered(scope_names_.size(), 0);
+  std::vector<std::string> kept{""};
+  auto keep = [&](uint32_t& id) {
+    if (id != 0 && renumbered[id] == 0) {
+      renumbered[id] = static_cast<uint32_t>(kept.size());
+      kept.push_back(std::move(scope_names_[id]));
+    }
+    id = renumbered[id];
+  };
+  for (size_t i = 0; i < params_.size(); ++i) keep(params_[i].scope);
+  for (uint32_t& id : scope_stack_) keep(id);
+  scope_names_ = std::move(kept);
+  scope_ids_.clear();
+  for (size_t i = 1; i < scope_names_.size(); ++i) scope_ids_.emplace(scope_names_[i], static_cast<uint32_t>(i));
 }
 
 void Graph::rewind(size_t mark) {

@@ -15,6 +15,8 @@
 // - A recorded value is never written by the engine. A value written in place after it was
 //   recorded (Tensor::copy_from, zero_, an optimizer step) is caught by its storage's version when
 //   a backward would read it (Note [saved versions] in graph.cpp).
+// - A value remembers the name scope it was recorded in (Graph::Scope: "h.0.attn"), for dumps and
+//   their viewers; the engine's backward never reads it (Note [name scopes] in graph.cpp).
 #pragma once
 
 #include <array>
@@ -22,6 +24,7 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -73,6 +76,7 @@ class Var {
   bool requires_grad() const;
   Var& label(std::string name);  // a name shown in tape dumps and errors ("embedding", "logits")
   const std::string& label() const;
+  const std::string& scope() const;  // the name scope it was recorded in ("h.0.attn"), or ""
 
  private:
   friend class Graph;
@@ -90,6 +94,7 @@ struct Value {
   RowSparse sparse_grad;  // a row-sparse one (never both)
   ValueKind kind = ValueKind::activation;
   bool requires_grad = false;
+  uint32_t scope = 0;  // the name scope it was recorded in: Graph::scope_name(scope); 0 is none
   uint64_t serial = 0;
   std::string label;
 };
@@ -192,6 +197,25 @@ class Graph {
   Var record(const char* op, Tensor out, std::span<const Var> inputs, BackwardFn backward,
              std::array<Tensor, 2> saved = {}, double scalar = 0.0);
 
+  // ---- name scopes (Note [name scopes] in graph.cpp). While a Scope is open, every value
+  // recorded (parameters, inputs, op outputs and so their nodes) remembers its name:
+  //   { auto s = g.scope("h.0.attn"); ... }
+  // The innermost open scope names what is recorded; names do not join ("h.0" then "h.0.attn"
+  // inside it gives "h.0.attn", as nn modules name themselves by their full path). An empty name
+  // keeps the enclosing scope.
+  class Scope {
+   public:
+    Scope(Graph& g, const std::string& name);
+    ~Scope() { g_.scope_stack_.pop_back(); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Graph& g_;
+  };
+  Scope scope(const std::string& name) { return Scope(*this, name); }
+  const std::string& scope_name(uint32_t id) const { return scope_names_[id]; }
+
   // ---- inspection (dumps, tests)
   const std::vector<Node>& nodes() const { return nodes_; }
   const Value& value(int32_t id) const { return id < 0 ? params_[static_cast<size_t>(-id - 1)] : values_[static_cast<size_t>(id)]; }
@@ -208,9 +232,14 @@ class Graph {
   Var push_value(StableVector<Value>& into, int32_t id, Tensor data, ValueKind kind, bool requires_grad,
                  std::string label);
 
+  uint32_t current_scope() const { return scope_stack_.empty() ? 0 : scope_stack_.back(); }
+
   StableVector<Value> params_;  // elements never move: see stable_vector.hpp
   StableVector<Value> values_;
   std::vector<Node> nodes_;
+  std::vector<std::string> scope_names_{""};  // interned: a value holds an index (0: no scope)
+  std::unordered_map<std::string, uint32_t> scope_ids_;
+  std::vector<uint32_t> scope_stack_;  // the open Scopes, innermost last
   uint64_t next_serial_ = 1;
   uint32_t slot_ = 0, generation_ = 0;  // this graph's place in the table of live graphs
   bool grad_enabled_ = true;

@@ -83,6 +83,7 @@ Linear::Linear(Factory& f, int64_t in, int64_t out, bool with_bias) : in_feature
 }
 
 Var Linear::operator()(Var x) {
+  const auto s = scope(x.graph());
   need_last(where(), "x", x, in_features);
   return labelled(ops::linear(x, weight, bias));
 }
@@ -95,7 +96,10 @@ Embedding::Embedding(Factory& f, int64_t num, int64_t dim) : num_embeddings(num)
   init::normal_(weight, 0.0, 1.0, f.generator);
 }
 
-Var Embedding::operator()(Var ids) { return labelled(ops::embedding(weight, ids)); }
+Var Embedding::operator()(Var ids) {
+  const auto s = scope(ids.graph());
+  return labelled(ops::embedding(weight, ids));
+}
 
 // ---- LayerNorm over the last axis (ops::layer_norm)
 LayerNorm::LayerNorm(Factory& f, int64_t d, double e, bool elementwise_affine, bool with_bias) : dim(d), eps(e) {
@@ -112,6 +116,7 @@ LayerNorm::LayerNorm(Factory& f, int64_t d, double e, bool elementwise_affine, b
 }
 
 Var LayerNorm::operator()(Var x) {
+  const auto s = scope(x.graph());
   need_last(where(), "x", x, dim);
   return labelled(ops::layer_norm(x, weight, bias, eps));
 }
@@ -127,6 +132,7 @@ RMSNorm::RMSNorm(Factory& f, int64_t d, std::optional<double> e, bool elementwis
 }
 
 Var RMSNorm::operator()(Var x) {
+  const auto s = scope(x.graph());
   need_last(where(), "x", x, dim);
   const double e = eps ? *eps
                        : x.dtype() == DType::f64 ? std::numeric_limits<double>::epsilon()
@@ -139,6 +145,7 @@ Dropout::Dropout(Factory& f, double prob) : p(prob), generator_(&f.generator) { 
 
 Var Dropout::operator()(Var x) {
   if (!training() || p == 0.0) return x;
+  const auto s = scope(x.graph());
   return labelled(ops::dropout(x, p, *generator_, true));
 }
 
@@ -161,7 +168,10 @@ MLP::MLP(Factory& f, int64_t dim, int64_t hidden, Activation act, double p, bool
   register_module("dropout", dropout);
 }
 
-Var MLP::operator()(Var x) { return dropout(c_proj(labelled(activate(c_fc(x), activation)))); }
+Var MLP::operator()(Var x) {
+  const auto s = scope(x.graph());
+  return dropout(c_proj(labelled(activate(c_fc(x), activation))));
+}
 
 // ---- CausalSelfAttention
 CausalSelfAttention::CausalSelfAttention(Factory& f, int64_t d, int64_t h, double p, bool bias)
@@ -176,6 +186,7 @@ CausalSelfAttention::CausalSelfAttention(Factory& f, int64_t d, int64_t h, doubl
 // heads (B, T, C) -> (B, T, H, C/H) -> (B, H, T, C/H); y = attention(q, k, v, causal) (B, H, T, C/H)
 // -> (B, T, H, C/H) -> (B, T, C) -> c_proj -> dropout
 Var CausalSelfAttention::operator()(Var x, Var value_embed) {
+  const auto in_scope = scope(x.graph());
   const Shape& s = x.shape();
   if (s.ndim() != 3 || s[2] != dim)
     throw Error(where() + "x must be (B, T, " + std::to_string(dim) + "), got " + s.str());
@@ -207,6 +218,7 @@ Block::Block(Factory& f, int64_t dim, int64_t heads, double p, bool bias, Activa
 }
 
 Var Block::operator()(Var x, Var value_embed) {
+  const auto s = scope(x.graph());
   x = x + attn(ln_1(x), value_embed);
   return labelled(x + mlp(ln_2(x)));
 }

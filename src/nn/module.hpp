@@ -8,6 +8,9 @@
 //   order is PyTorch's named_parameters() order: a module's own parameters in registration order,
 //   then each child's, in registration order, depth first. Each parameter's graph label is its full
 //   name, so tape dumps and errors say which layer a value belongs to.
+// - Each forward opens its module's name scope (Graph::Scope, named by its path), so every node it
+//   records says which layer made it; a child's nodes are in the child's scope ("h.0.attn.c_attn",
+//   which the tape tools show inside "h.0.attn", inside "h.0").
 // - A module is neither copied nor moved: a parent keeps pointers to its children. Children are
 //   members (registered in the parent's constructor) or the elements of a ModuleList.
 // - train(bool) and eval() set the mode of the module and of every descendant; dropout reads it.
@@ -72,6 +75,9 @@ class Module {
   // y labelled with this module's path (when it has one): what a forward returns, so that tape
   // dumps show which layer made each value.
   Var labelled(Var y) const;
+  // This module's name scope in `g`, for a forward to open first: `const auto s = scope(x.graph());`.
+  // A root module (no path) keeps the scope its caller opened.
+  Graph::Scope scope(Graph& g) const { return g.scope(path_); }
 
  private:
   void adopt(const std::string& name, Module& child);

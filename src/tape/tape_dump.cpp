@@ -123,6 +123,7 @@ json::Value value_json(const Graph& g, int32_t id, size_t index, const std::vect
   e.set("id", id);
   e.set("kind", value_kind_name(v.kind));
   e.set("label", v.label);
+  if (v.scope != 0) e.set("scope", g.scope_name(v.scope));  // optional: absent outside every scope
   json::Value::Array inputs;
   if (node >= 0) {
     const Node& n = g.nodes()[static_cast<size_t>(node)];

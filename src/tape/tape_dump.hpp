@@ -7,6 +7,8 @@
 //   scatter-style backwards, with what an overwrite discarded), and each value's gradient as it
 //   stood when the backward pass ended.
 // - Dump after backward() and before clear(): the dump reads the tape the record refers to.
+// - A value recorded inside a name scope (Graph::Scope) carries it ("scope": "h.0.attn"), so the
+//   viewers can group thousands of nodes by layer; a value outside every scope has no such field.
 // - Everything goes through the host (Tensor::to_doubles), whatever device the graph runs on.
 // - A tensor of up to `whole_limit` elements is written whole; a larger one as statistics and its
 //   first `head` elements, marked "truncated": true with its element count.

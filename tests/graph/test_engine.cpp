@@ -3,6 +3,7 @@
 // versions, graph liveness, row-sparse gradients.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <span>
 
 #include "tapegrad/graph/gradcheck.hpp"
@@ -317,4 +318,49 @@ TEST_CASE("a row-sparse contribution stays row-sparse until asked for dense, and
       "[engine] the backward of bad_rows gave input 0 row-sparse rows (1, 3) f64 at ids (1,) i32, which do not fit "
       "that input, (3, 2) f64 on cpu",
       Error);
+}
+
+TEST_CASE("name scopes: values remember the innermost open scope; clear() keeps only the names still held") {
+  Graph g;
+  Var w = g.parameter(f64({2.0}, Shape{1}), "w");
+  Var x, y, z, loose;
+  {
+    auto outer = g.scope("enc");
+    Var p = g.parameter(f64({3.0}, Shape{1}), "enc.p");  // a parameter made inside a scope keeps it
+    x = ops::mul(w, p);
+    {
+      auto inner = g.scope("enc.layer");  // names do not join: the innermost names what follows
+      y = ops::exp(x);
+      auto same = g.scope("");            // an empty name keeps the enclosing scope
+      z = ops::add(y, x);
+    }
+    CHECK(p.scope() == "enc");
+    CHECK(ops::sum(z).scope() == "enc");  // the inner scopes are closed again
+  }
+  loose = ops::sum(z);
+  CHECK(w.scope() == "");
+  CHECK(x.scope() == "enc");
+  CHECK(y.scope() == "enc.layer");
+  CHECK(z.scope() == "enc.layer");
+  CHECK(loose.scope() == "");
+  g.backward(loose);  // the backward ignores scopes: d/dw (e^(wp) + wp) = p e^(wp) + p
+  CHECK(grad_of(w)[0] == doctest::Approx(3.0 * std::exp(6.0) + 3.0));
+
+  // clear() drops "enc.layer" (held by tape values only) and keeps "enc" (a parameter's), and the
+  // name of a scope still open: one table, renumbered, so later values still find their names.
+  auto open = g.scope("step");
+  g.clear();
+  Var p = g.parameters()[1];
+  CHECK(p.scope() == "enc");
+  Var q = ops::mul(w, p);
+  CHECK(q.scope() == "step");
+  CHECK(g.value(p.id()).scope == 1);  // the table is now "", "enc", "step"
+  CHECK(g.value(q.id()).scope == 2);
+  {
+    auto again = g.scope("enc.layer");  // interned anew, after the names that survived
+    Var e = ops::exp(q);
+    CHECK(e.scope() == "enc.layer");
+    CHECK(g.value(e.id()).scope == 3);
+  }
+  CHECK(ops::exp(q).scope() == "step");
 }

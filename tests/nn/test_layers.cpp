@@ -4,6 +4,7 @@
 // check of a tiny Block, and errors by message.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <numeric>
@@ -113,6 +114,43 @@ TEST_CASE("named_parameters of a 2-block GPT: PyTorch's state_dict keys, order a
   for (size_t id = 0; id < place.g.value_count(); ++id) labels.insert(place.g.value(static_cast<int32_t>(id)).label);
   for (const char* label : {"wte", "h.0.ln_1", "h.0.attn.c_attn", "h.1.attn", "h.1.mlp.c_fc", "h.1.mlp", "h.1", "ln_f"})
     CHECK_MESSAGE(labels.count(label) == 1, label);
+}
+
+TEST_CASE("each forward records its nodes in its module's name scope, nested layers in their own") {
+  Place place(1);
+  TinyGPT model(place.f, 11, 6, 8, 2, 2);
+  Graph& g = place.g;
+  g.clear();
+  Var ids = g.input(Tensor::from_vector(std::vector<int32_t>{1, 2, 3, 4, 5, 6}, Shape{2, 3}));
+  Var loss = ops::cross_entropy(model(ids), g.input(Tensor::from_vector(std::vector<int32_t>{2, 3, 4, 5, 6, 7}, Shape{2, 3})));
+  // every node's op and scope, in tape order
+  std::vector<std::pair<std::string, std::string>> nodes;
+  for (const Node& n : g.nodes()) nodes.emplace_back(n.op, g.var(n.output).scope());
+  auto has = [&](const std::string& op, const std::string& scope) {
+    return std::count(nodes.begin(), nodes.end(), std::make_pair(op, scope));
+  };
+  CHECK(has("gather", "wte") == 1);  // ops::embedding is a gather and a reshape
+  CHECK(has("gather", "wpe") == 1);
+  CHECK(has("add", "") == 1);              // wte(ids) + wpe(pos): the GPT's own forward, no scope
+  CHECK(has("cross_entropy", "") == 1);
+  for (const std::string b : {"h.0", "h.1"}) {
+    CAPTURE(b);
+    CHECK(has("layer_norm", b + ".ln_1") == 1);
+    CHECK(has("layer_norm", b + ".ln_2") == 1);
+    CHECK(has("linear", b + ".attn.c_attn") == 1);
+    CHECK(has("linear", b + ".attn.c_proj") == 1);
+    CHECK(has("scaled_dot_product_attention", b + ".attn") == 1);
+    CHECK(has("gelu_erf", b + ".mlp") == 1);
+    CHECK(has("linear", b + ".mlp.c_fc") == 1);
+    CHECK(has("add", b) == 2);              // the two residual additions
+  }
+  CHECK(has("layer_norm", "ln_f") == 1);
+  CHECK(has("linear", "lm_head") == 1);
+  for (const auto& [op, scope] : nodes) CHECK_MESSAGE(scope != "h", op);  // a ModuleList has no forward
+  CHECK(ids.scope() == "");
+  CHECK(model.h[0].attn.c_attn.weight.scope() == "");  // made before the tree knew its path
+  g.backward(loss);                                    // scopes change nothing in the backward
+  CHECK(model.wte.weight.grad().defined());
 }
 
 TEST_CASE("registration refuses bad and repeated names, and a child registered twice") {

@@ -5,6 +5,12 @@
 // every field before it wrote the page); the one number it computes, the sum an overwrite threw
 // away, is labelled as such. The walk is the one `tape step` prints: every value forward in record
 // order, every contribution backward in engine order, then a summary. No network, no libraries.
+//
+// Large tapes (a GPT's): the graph is drawn only for a few dozen values; beyond that each panel
+// shows an outline of the values grouped by scope (the groups come with the page, from
+// apps/tape/tape_file.cpp), collapsed by default, with a search box. Only expanded groups' rows are
+// in the DOM, and stepping marks the rows and the headers of the groups holding them. When the
+// first render is done, the page sets the performance mark 'tape-ready' (and body[data-ready]).
 'use strict';
 
 // ---- numbers and tensors ------------------------------------------------------------------------
@@ -73,7 +79,9 @@ function prepare(source, key) {
     if (v.node !== null) t.byNode.set(v.node, v);
   }
   t.steps = walk(t);
-  t.layout = layout(t);
+  t.drawGraph = t.values.length <= GRAPH_LIMIT;
+  t.layout = t.drawGraph ? layout(t) : null;
+  prepareGroups(t, source.groups);
   return t;
 }
 
@@ -115,6 +123,7 @@ function walk(t) {
 // input sits just above its first reader, so it is drawn next to where it is used. Within a layer,
 // a few barycentre sweeps order the nodes to keep edges short.
 const NODE_W = 156, NODE_H = 48, GAP_X = 26, GAP_Y = 58, MARGIN = 14;
+const GRAPH_LIMIT = 40;  // values: a larger tape gets the outline instead of the graph
 
 function layout(t) {
   if (!t.values.length) return { at: new Map(), width: 0, height: 0 };
@@ -296,13 +305,16 @@ function checkLine(t) {
 
 function summaryDetail(t) {
   let html = '<h3>done: the final gradients</h3>';
-  html += '<div class="io">' + t.values.filter((v) => v.kind === 'parameter').map((v) =>
+  const params = t.values.filter((v) => v.kind === 'parameter');
+  html += '<div class="io">' + params.slice(0, LIST_LIMIT).map((v) =>
     `<div><h4>d ${esc(nameOf(t, v))} <small>${shapeStr(v.shape)}</small></h4>${tensorTable(v.grad, v.rows || [])}</div>`).join('') + '</div>';
+  if (params.length > LIST_LIMIT) html += `<p class="note">… and ${params.length - LIST_LIMIT} more parameters: see <b>Final gradients</b> below.</p>`;
   html += checkLine(t);
   const lost = t.steps.map((s, i) => [s, i]).filter(([s]) => s.event >= 0 && t.events[s.event].kind === 'overwritten');
   html += lost.length
     ? `<div class="verdict lost"><b class="kind">LOST</b> ${lost.length} contribution${lost.length > 1 ? 's' : ''} overwritten: ` +
-      lost.map(([s, i]) => `step ${i + 1}, ${esc(slotName(t, t.events[s.event]))}`).join('; ') + '</div>'
+      lost.slice(0, LIST_LIMIT).map(([s, i]) => `step ${i + 1}, ${esc(slotName(t, t.events[s.event]))}`).join('; ') +
+      (lost.length > LIST_LIMIT ? `; … and ${lost.length - LIST_LIMIT} more` : '') + '</div>'
     : `<div class="verdict none">No contribution was lost${t.mode === 'accumulate' ? ': contributions that meet are added.' : '.'}</div>`;
   return html;
 }
@@ -312,6 +324,167 @@ function detail(t, step) {
   if (step.phase === 'forward') return forwardDetail(t, t.values[step.entry]);
   if (step.phase === 'backward') return backwardDetail(t, step);
   return summaryDetail(t);
+}
+
+// ---- the outline: values grouped by scope ------------------------------------------------------
+
+const OPEN_LIMIT = 60;  // values: a larger tape's outline starts with every group collapsed
+const LIST_LIMIT = 40;  // items of a list (losses, parameters) shown before "… and N more"
+
+// The groups as page.cpp wrote them (a tree by the dots of the scopes: tape_file.hpp's Group), each
+// value's group, and each group's ops counted over it and every group inside it.
+function prepareGroups(t, groups) {
+  t.groups = groups;
+  t.groupOf = new Int32Array(t.values.length);
+  const ops = groups.map(() => new Map());
+  groups.forEach((g, k) => g.entries.forEach((i) => {
+    t.groupOf[i] = k;
+    const op = t.values[i].op;
+    if (op) for (let up = k; up > 0; up = groups[up].parent) ops[up].set(op, (ops[up].get(op) || 0) + 1);
+  }));
+  t.opsText = ops.map((m) => {
+    const sorted = [...m].sort((a, b) => b[1] - a[1]);
+    return sorted.slice(0, 4).map(([op, n]) => `${op} ${n}`).join(', ') + (sorted.length > 4 ? ', …' : '');
+  });
+  t.outline = groups.length > 1 || !t.drawGraph;
+  t.open = new Set(t.values.length <= OPEN_LIMIT ? groups.map((_, k) => k) : []);
+  t.filter = null;  // while searching: { entries, groups } that match
+  t.marked = [];    // [element, classes] marked for the current step
+}
+
+// A group's own values and child groups, merged in tape order.
+function itemsOf(t, g) {
+  const { entries, children } = t.groups[g], out = [];
+  for (let i = 0, j = 0; i < entries.length || j < children.length;) {
+    if (j >= children.length || (i < entries.length && entries[i] < t.groups[children[j]].first)) out.push({ entry: entries[i++] });
+    else out.push({ group: children[j++] });
+  }
+  return out;
+}
+
+function rowHtml(t, i) {
+  const v = t.values[i];
+  const name = v.label || v.op || v.kind;
+  const what = v.op && v.label ? `${v.op} ` : v.op ? '' : `${v.kind} `;
+  return `<li class="row ${v.kind}" data-index="${i}" title="${esc(signature(t, v))}"><span class="idx">#${i}</span> ` +
+    `<span class="rname">${esc(name)}</span> <small>${esc(what)}${shapeStr(v.shape)}</small></li>`;
+}
+
+function groupHtml(t, g) {
+  const group = t.groups[g], open = t.open.has(g);
+  const dot = group.name.lastIndexOf('.');
+  return `<li class="group${open ? ' open' : ''}" data-group="${g}" data-name="${esc(group.name)}">` +
+    `<div class="ghead" role="button" tabindex="0" aria-expanded="${open}" title="${esc(group.name)}: ${group.values} values, ${group.nodes} nodes">` +
+    `<span class="gname"><span class="gprefix">${esc(group.name.slice(0, dot + 1))}</span>${esc(group.name.slice(dot + 1))}</span>` +
+    `<small class="gcount">${group.nodes} node${group.nodes === 1 ? '' : 's'}</small><small class="gops">${esc(t.opsText[g])}</small></div>` +
+    `<ul class="members">${open ? membersHtml(t, g) : ''}</ul></li>`;
+}
+
+function membersHtml(t, g) {
+  const f = t.filter;
+  return itemsOf(t, g).map((it) => (it.group !== undefined
+    ? (!f || f.groups.has(it.group) ? groupHtml(t, it.group) : '')
+    : (!f || f.entries.has(it.entry) ? rowHtml(t, it.entry) : ''))).join('');
+}
+
+function renderOutline(t) {
+  t.tree.innerHTML = membersHtml(t, 0);
+  t.marked = [];
+  markOutline(t, t.steps[at]);
+}
+
+function toggleGroup(t, g) {
+  const li = t.tree.querySelector(`li.group[data-group="${g}"]`);
+  const open = !t.open.has(g);
+  if (open) t.open.add(g); else t.open.delete(g);
+  li.classList.toggle('open', open);
+  li.querySelector(':scope > .ghead').setAttribute('aria-expanded', String(open));
+  li.querySelector(':scope > .members').innerHTML = open ? membersHtml(t, g) : '';
+  markOutline(t, t.steps[at]);
+}
+
+// Shows the values whose label, op or group holds the text (or "#N": value N), with the groups
+// holding them expanded; an empty text brings back the groups as they were.
+function search(t, text) {
+  const q = text.trim().toLowerCase();
+  if (!q) {
+    if (t.filter) t.open = t.saved;
+    t.filter = null;
+    t.found.textContent = '';
+  } else {
+    if (!t.filter) t.saved = new Set(t.open);
+    const entries = new Set(), groups = new Set();
+    t.values.forEach((v, i) => {
+      const match = q[0] === '#' ? q === `#${i}`
+        : [v.label, v.op || '', t.groups[t.groupOf[i]].name].some((field) => field.toLowerCase().includes(q));
+      if (!match) return;
+      entries.add(i);
+      for (let g = t.groupOf[i]; g > 0 && !groups.has(g); g = t.groups[g].parent) groups.add(g);
+    });
+    t.filter = { entries, groups };
+    t.open = new Set(groups);
+    t.found.textContent = `${entries.size} value${entries.size === 1 ? '' : 's'} match`;
+  }
+  renderOutline(t);
+}
+
+// Marks the step's values in the outline: the row when its group is expanded, and the header of
+// every group holding it, so a step inside a collapsed group still shows where it is.
+function markOutline(t, step) {
+  if (!t.outline) return;
+  for (const [el, cls] of t.marked) el.classList.remove(...cls);
+  t.marked = [];
+  if (!step) return;
+  const marks = [];
+  if (step.phase === 'forward') marks.push([step.entry, ['current']]);
+  if (step.phase === 'backward') {
+    marks.push([t.byNode.get(t.visits[step.visit]).index, ['visiting']]);
+    if (step.event >= 0) {
+      const ev = t.events[step.event];
+      marks.push([t.byId.get(ev.to).index, ev.kind === 'overwritten' ? ['receiving', 'lost'] : ['receiving']]);
+    }
+  }
+  let first = null;
+  for (const [i, cls] of marks) {
+    const mark = (el) => {
+      if (!el) return;
+      el.classList.add(...cls);
+      t.marked.push([el, cls]);
+      first = first || el;
+    };
+    mark(t.tree.querySelector(`li.row[data-index="${i}"]`));
+    for (let g = t.groupOf[i]; g > 0; g = t.groups[g].parent) mark(t.tree.querySelector(`li.group[data-group="${g}"] > .ghead`));
+  }
+  // keep the first mark in view inside the outline's own scroll box (the window stays put)
+  const box = t.tree.parentElement;
+  if (first && (first.offsetTop < box.scrollTop || first.offsetTop + first.offsetHeight > box.scrollTop + box.clientHeight))
+    box.scrollTop = Math.max(0, first.offsetTop - box.clientHeight / 3);
+}
+
+function setupOutline(t, panel) {
+  const box = panel.querySelector('.outline');
+  box.innerHTML = `<div class="outline-tools"><input type="search" class="find" placeholder="find: name, op or scope" aria-label="find values">` +
+    `<span class="found" aria-live="polite"></span><button class="expand-all" title="expand every group">expand all</button>` +
+    `<button class="collapse-all" title="collapse every group">collapse all</button></div><div class="outline-box"><ul class="tree"></ul></div>`;
+  t.tree = box.querySelector('.tree');
+  t.found = box.querySelector('.found');
+  box.querySelector('.find').addEventListener('input', (e) => search(t, e.target.value));
+  box.querySelector('.expand-all').addEventListener('click', () => { t.open = new Set(t.groups.map((_, k) => k)); renderOutline(t); });
+  box.querySelector('.collapse-all').addEventListener('click', () => { t.open = new Set(); renderOutline(t); });
+  t.tree.addEventListener('click', (e) => {
+    const head = e.target.closest('.ghead');
+    if (head) return toggleGroup(t, Number(head.parentElement.dataset.group));
+    const row = e.target.closest('li.row');
+    if (row) go(Number(row.dataset.index));  // a value's forward step is its index
+  });
+  t.tree.addEventListener('keydown', (e) => {
+    const head = e.target.closest('.ghead');
+    if (!head || (e.key !== 'Enter' && e.key !== ' ')) return;
+    e.preventDefault();
+    e.stopPropagation();
+    toggleGroup(t, Number(head.parentElement.dataset.group));
+  });
+  renderOutline(t);
 }
 
 // ---- the page -----------------------------------------------------------------------------------
@@ -339,18 +512,35 @@ function setup() {
   panels.classList.toggle('single', tapes.length === 1);
   panels.innerHTML = tapes.map((t, i) => `<article class="panel" id="panel-${i}">` +
     `<h2><span class="badge ${t.mode}">${t.mode}</span> ${esc(t.file)}</h2><p class="mode-note">${MODE_NOTE[t.mode]}</p>` +
-    `<div class="body"><div class="graph-box"></div><div class="detail"></div></div></article>`).join('');
+    `<div class="body"><div class="graph-box">${t.outline ? '<div class="outline"></div>' : ''}<div class="graph-view"></div></div>` +
+    `<div class="detail"></div></div></article>`).join('');
+  tapes.forEach((t, i) => { if (t.outline) setupOutline(t, document.getElementById(`panel-${i}`)); });
 
-  document.getElementById('timeline').innerHTML = Array.from({ length: count }, (_, i) => {
-    const step = tapes.map((t) => t.steps[i]).find((s) => s);
-    const lost = tapes.some((t) => t.steps[i] && t.steps[i].event >= 0 && t.events[t.steps[i].event].kind === 'overwritten');
-    return `<button class="${lost ? 'lost' : step.phase}" data-step="${i}" title="step ${i + 1}${lost ? ': gradient lost' : ''}" aria-label="step ${i + 1}"></button>`;
-  }).join('');
-  document.getElementById('timeline').addEventListener('click', (e) => {
+  const timeline = document.getElementById('timeline');
+  const lostAt = (i) => tapes.some((t) => t.steps[i] && t.steps[i].event >= 0 && t.events[t.steps[i].event].kind === 'overwritten');
+  if (count <= TIMELINE_BUTTONS) {
+    timeline.innerHTML = Array.from({ length: count }, (_, i) => {
+      const step = tapes.map((t) => t.steps[i]).find((s) => s);
+      const lost = lostAt(i);
+      return `<button class="${lost ? 'lost' : step.phase}" data-step="${i}" title="step ${i + 1}${lost ? ': gradient lost' : ''}" aria-label="step ${i + 1}"></button>`;
+    }).join('');
+  } else {  // too many steps for a button each: the phases as bands, losses as ticks, and a slider
+    const lead = tapes.find((t) => t.steps.length === count);
+    const forward = lead.values.length, pct = (n) => `${(100 * n) / count}%`;
+    const ticks = [];
+    for (let i = 0; i < count && ticks.length < 500; i++)
+      if (lostAt(i)) ticks.push(`<button class="tick lost" data-step="${i}" style="left:${pct(i)}" title="step ${i + 1}: gradient lost" aria-label="step ${i + 1}"></button>`);
+    timeline.classList.add('scrub');
+    timeline.innerHTML = `<div class="bands"><span class="forward" style="width:${pct(forward)}"></span>` +
+      `<span class="backward" style="width:${pct(count - forward - 1)}"></span><span class="summary" style="width:${pct(1)}"></span>${ticks.join('')}</div>` +
+      `<input type="range" id="scrub" min="0" max="${count - 1}" value="0" aria-label="step">`;
+    document.getElementById('scrub').addEventListener('input', (e) => go(Number(e.target.value)));
+  }
+  timeline.addEventListener('click', (e) => {
     if (e.target.dataset.step !== undefined) go(Number(e.target.dataset.step));
   });
 
-  const items = [];
+  let items = [];
   tapes.forEach((t) => t.steps.forEach((s, i) => {
     if (s.phase !== 'backward' || s.event < 0 || t.events[s.event].kind !== 'overwritten') return;
     const ev = t.events[s.event];
@@ -363,6 +553,8 @@ function setup() {
       `<code>${esc(inline(ev.contribution))}</code> over ${esc(slotName(t, ev))}, which held <code>${esc(inline(ev.discarded))}</code>: that gradient is lost.${others}</li>`);
   }));
   const losses = document.getElementById('losses');
+  if (items.length > LIST_LIMIT)
+    items = [...items.slice(0, LIST_LIMIT), `<li>… and ${items.length - LIST_LIMIT} more (the red ticks of the timeline)</li>`];
   if (items.length) {
     losses.hidden = false;
     losses.innerHTML = `<h2>Where gradient is lost</h2><ul>${items.join('')}</ul>`;
@@ -372,12 +564,16 @@ function setup() {
   }
 
   document.getElementById('finals').innerHTML = finals();
+  const more = document.getElementById('all-finals');
+  if (more) more.addEventListener('toggle', () => {
+    if (more.open && !more.querySelector('.grid')) more.insertAdjacentHTML('beforeend', finalsGrid(tapes[0].values.filter((v) => v.kind === 'parameter')));
+  });
   document.getElementById('first').addEventListener('click', () => go(0));
   document.getElementById('back').addEventListener('click', () => go(at - 1));
   document.getElementById('next').addEventListener('click', () => go(at + 1));
   document.getElementById('last').addEventListener('click', () => go(count - 1));
   document.addEventListener('keydown', (e) => {
-    if (e.altKey || e.ctrlKey || e.metaKey) return;
+    if (e.altKey || e.ctrlKey || e.metaKey || e.target.matches('input')) return;  // typing a search, or the slider's own keys
     const moves = { ArrowRight: at + 1, ' ': at + 1, n: at + 1, ArrowLeft: at - 1, b: at - 1, Home: 0, End: count - 1 };
     if (!(e.key in moves)) return;
     e.preventDefault();
@@ -392,11 +588,20 @@ function setup() {
   fromHash();
 }
 
-// Every parameter's final gradient, one column per run; rows that differ between runs marked.
+const TIMELINE_BUTTONS = 300;  // steps: a longer walk gets a slider instead of a button per step
+
+// Every parameter's final gradient, one column per run; rows that differ between runs marked. Many
+// parameters (a GPT's) go in a closed <details>, filled when it is first opened.
 function finals() {
-  let html = '<h2>Final gradients</h2>';
   const params = tapes[0].values.filter((v) => v.kind === 'parameter');
-  html += `<div class="grid" style="grid-template-columns: repeat(${tapes.length}, minmax(0, max-content))">`;
+  const checks = '<div class="checks">' + tapes.map((t) => `<p><b>${esc(t.file)}</b></p>${checkLine(t)}`).join('') + '</div>';
+  const note = tapes.length > 1 ? '<p class="note"><small>Rows marked yellow differ between the runs.</small></p>' : '';
+  if (params.length <= LIST_LIMIT) return `<h2>Final gradients</h2>${finalsGrid(params)}${checks}${note}`;
+  return `<h2>Final gradients</h2>${checks}<details id="all-finals"><summary>every parameter's gradient (${params.length})</summary>${note}</details>`;
+}
+
+function finalsGrid(params) {
+  let html = `<div class="grid" style="grid-template-columns: repeat(${tapes.length}, minmax(0, max-content))">`;
   for (const p of params) {
     tapes.forEach((t) => {
       const v = t.byId.get(p.id), g = v && v.grad;
@@ -409,9 +614,7 @@ function finals() {
         `${tensorTable(g, (v && v.rows) || [], (r) => (differs(r) ? 'differs' : ''))}</div>`;
     });
   }
-  html += '</div><div class="checks">' + tapes.map((t) => `<p><b>${esc(t.file)}</b></p>${checkLine(t)}`).join('') + '</div>';
-  if (tapes.length > 1) html += '<p class="note"><small>Rows marked yellow differ between the runs.</small></p>';
-  return html;
+  return `${html}</div>`;
 }
 
 function go(i) {
@@ -425,11 +628,19 @@ function go(i) {
   document.getElementById('next').disabled = document.getElementById('last').disabled = at === count - 1;
   tapes.forEach((t, k) => {
     const panel = document.getElementById(`panel-${k}`);
-    panel.querySelector('.graph-box').innerHTML = graphSvg(t, t.steps[at]);
+    if (t.drawGraph) panel.querySelector('.graph-view').innerHTML = graphSvg(t, t.steps[at]);
     panel.querySelector('.detail').innerHTML = detail(t, t.steps[at]);
+    markOutline(t, t.steps[at]);
   });
-  for (const b of document.querySelectorAll('#timeline button')) b.classList.toggle('current', Number(b.dataset.step) === at);
+  const scrub = document.getElementById('scrub');
+  if (scrub) scrub.value = String(at);
+  else for (const b of document.querySelectorAll('#timeline button')) b.classList.toggle('current', Number(b.dataset.step) === at);
   history.replaceState(null, '', `#step=${at + 1}`);
 }
 
 setup();
+// ready after the first frame is drawn: what tests/tape's page test times from navigation start
+requestAnimationFrame(() => requestAnimationFrame(() => {
+  performance.mark('tape-ready');
+  document.body.dataset.ready = 'true';
+}));

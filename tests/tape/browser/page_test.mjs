@@ -1,6 +1,6 @@
-// The tape page in headless Chromium (Debian's /usr/bin/chromium, driven by playwright-core; no
-// browser download): step with key presses and clicks, assert what the page shows, and that it
-// logs no console error and asks for nothing outside its own file.
+// The tape page in headless Chromium (harness.mjs: Debian's chromium through playwright-core): step
+// with key presses and clicks, assert what the page shows, and that it logs no console error and
+// asks for nothing outside its own file.
 //
 //   node page_test.mjs PAIR.html SINGLE.html SCREENSHOT.png
 //
@@ -8,8 +8,7 @@
 // SINGLE.html `tape html good.json`. The screenshot shows the pair at the step where the gradient
 // of the repeated token "red" is lost. Exit 0 when every check passes, 1 otherwise.
 import assert from 'node:assert/strict';
-import { pathToFileURL } from 'node:url';
-import { chromium } from 'playwright-core';
+import { check, checksPassed, launch, open as openIn, text } from './harness.mjs';
 
 const [pairPath, singlePath, screenshotPath] = process.argv.slice(2);
 if (!screenshotPath) {
@@ -17,35 +16,8 @@ if (!screenshotPath) {
   process.exit(1);
 }
 
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium',
-  headless: true,
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
-
-let checks = 0;
-function check(what, fn) {
-  return Promise.resolve(fn()).then(() => {
-    checks++;
-    console.log(`ok  ${what}`);
-  });
-}
-
-// Opens a page and records every console error, page error and request that leaves the file.
-async function open(path) {
-  const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
-  const problems = [];
-  page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
-  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
-  page.on('request', (r) => {
-    if (!r.url().startsWith('file:') && !r.url().startsWith('data:')) problems.push(`request outside the page: ${r.url()}`);
-  });
-  await page.goto(pathToFileURL(path).href);
-  return { page, problems };
-}
-
-const text = (page, selector) => page.locator(selector).innerText();
+const browser = await launch();
+const open = (path) => openIn(browser, path);
 
 try {
   // ---- the pair: correct run and overwrite-bug run side by side
@@ -118,7 +90,7 @@ try {
     assert.equal(await text(single.page, '#step-label'), 'Step 2 of 18');
     assert.deepEqual(single.problems, []);
   });
-  console.log(`page test: ${checks} checks passed; screenshot ${screenshotPath}`);
+  console.log(`page test: ${checksPassed()} checks passed; screenshot ${screenshotPath}`);
 } catch (e) {
   console.error(`FAILED: ${e.message}`);
   process.exitCode = 1;
