@@ -3,7 +3,8 @@
 #
 # Builds build-fuzz (clang, AddressSanitizer + UndefinedBehaviorSanitizer that halt on the first
 # report, -Dfuzz=true), seeds each target with files the programs themselves write (tiny_step's
-# configs, traces and tape dumps, bob's records and checkpoints), then runs each target. A finding
+# configs, traces and tape dumps, bob's records and checkpoints; tests/fixtures/nn's small state
+# dict and safetensors files), then runs each target. A finding
 # (a crash, a sanitizer report, a timeout, a leak) is saved under build-fuzz/findings/ and fails the
 # run. Prints one line a target: "fuzz NAME: N executions in S s, no finding" or what it found.
 # Ends with "N passed, N failed". scripts/test.sh runs it briefly on every test run.
@@ -20,7 +21,7 @@ ninja -C "$dir" > "$dir.ninja.log" 2>&1 || { tail -n 30 "$dir.ninja.log"; echo "
 # seed corpora, made by the programs
 corpus=$dir/corpus findings=$dir/findings
 rm -rf "$corpus"
-mkdir -p "$corpus"/{json,config,tape,envelope,record} "$findings"
+mkdir -p "$corpus"/{json,config,tape,envelope,record,state_dict} "$findings"
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 cp tests/fixtures/tiny/configs/??.json "$corpus/config/"
 cp tests/fixtures/tiny/configs/0?.json tests/fixtures/tiny/step-trace.json "$corpus/json/"
@@ -35,9 +36,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$dir/apps/bob" train --input "$corpus/record/rec0" --checkpoint "$work/w.ckpt" --fresh > /dev/null 2>&1
 cp "$work/w.ckpt" "$corpus/envelope/fresh10.ckpt"
+cp tests/fixtures/nn/small.sd tests/fixtures/nn/small.safetensors "$corpus/state_dict/"
 
 passed=0 failed=0
-for target in json config tape envelope record; do
+for target in json config tape envelope record state_dict; do
   log=$dir/fuzz_$target.log
   "$dir/tests/fuzz/fuzz_$target" "$corpus/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -artifact_prefix="$findings/${target}-" -print_final_stats=1 > "$log" 2>&1
