@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# gpt's paths in a few steps, for every build (the sanitizer builds included): train 3 steps with
+# value embeddings and dropout into a checkpoint, resume it to 5 (the same bytes as 5 at once),
+# the dense value embeddings, byte-level tokens, a sample with top-k, and one refusal.
+#   smoke_test.sh GPT WORKDIR
+set -euo pipefail
+gpt=$1 w=$2/smoke
+rm -rf "$w" && mkdir -p "$w"
+fail() { echo "FAIL: gpt smoke: $*"; exit 1; }
+"$gpt" train --steps 5 --value-embeds 1 --dropout 0.1 --checkpoint "$w/a.ckpt" --log "$w/a.csv" > "$w/a.log"
+"$gpt" train --steps 3 --value-embeds 1 --dropout 0.1 --checkpoint "$w/b.ckpt" > /dev/null
+"$gpt" train --steps 5 --value-embeds 1 --dropout 0.1 --checkpoint "$w/b.ckpt" --resume > /dev/null
+cmp -s "$w/a.ckpt" "$w/b.ckpt" || fail "3 steps and a resume to 5 differ from 5 steps"
+"$gpt" train --steps 2 --value-embeds 2 --value-embeds-dense --tokens byte > "$w/c.log"
+grep -q '^step 2 loss' "$w/c.log" || fail "dense value embeddings with byte tokens did not reach step 2"
+"$gpt" sample --checkpoint "$w/a.ckpt" --prompt "It" --tokens 20 --top-k 3 > "$w/s.txt"
+[[ $(head -c 2 "$w/s.txt") == "It" ]] || fail "the sample does not continue the prompt"
+rc=0
+"$gpt" train --steps 5 --checkpoint "$w/a.ckpt" > /dev/null 2>&1 || rc=$?
+[[ $rc == 2 ]] || fail "a fresh run over an existing checkpoint exited $rc, not 2"
+cmp -s "$w/a.ckpt" "$w/b.ckpt" || fail "the refused run changed the checkpoint"
+echo "gpt smoke: train, resume (same bytes), value embeddings sparse and dense, byte tokens, sample, a refusal: ok"
