@@ -15,6 +15,7 @@
 
 #include "tapegrad/graph/graph.hpp"
 #include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
+#include "tapegrad/ops/fused/linear_cross_entropy.hpp"
 #include "tapegrad/ops/fused/attention.hpp"
 #include "tapegrad/ops/op_table.hpp"
 #include "tapegrad/ops/ops.hpp"
@@ -172,6 +173,17 @@ inline std::vector<OpCase> op_cases() {
     cases.push_back({"embedding_cross_entropy", name, {classes, ids_of, t5},
                      [r](const V& v) { return ops::embedding_cross_entropy(v[0], v[1], v[2], r); }});
   }
+  // the linear cross-entropy in blocks of 4 rows: several blocks at both sizes, a last one short
+  const CaseInput lce_x{{2, 3, 4}, {3, 101, 64}}, lce_w{{6, 4}, {257, 64}}, lce_t{{2, 3}, {3, 101}, 0, 0, 0, 6};
+  for (const auto& [name, reduction] : {std::pair{"mean, ignore_index", ops::Reduction::mean},
+                                        std::pair{"sum, ignore_index", ops::Reduction::sum},
+                                        std::pair{"none, ignore_index", ops::Reduction::none}}) {
+    const ops::Reduction r = reduction;  // a structured binding cannot be captured in clang 14
+    cases.push_back({"linear_cross_entropy", name, {lce_x, lce_w, lce_t},
+                     [r](const V& v) { return ops::linear_cross_entropy(v[0], v[1], v[2], r, 5, 4); }});
+  }
+  cases.push_back({"linear_cross_entropy", "one block, the weight also in the graph", {lce_x, lce_w, lce_t},
+                   [](const V& v) { return ops::linear_cross_entropy(ops::tanh(v[0]), v[1] * 2.0, v[2]) + ops::sum(v[1]); }});
   cases.push_back({"matmul", "an MLP with a weight used twice", {{{6, 4}, {64, 128}}, {{4, 4}, {128, 128}}, {{4}, {128}},
                                                                  {{4}, {200}, 0, 0, 0, 6}, {{4}, {200}, 0, 0, 0, 4}},
                    [](const V& v) {

@@ -81,7 +81,8 @@ struct GPT : nn::Module {
   Var value_embeds(Var ids, const ops::ValueEmbedBuffer& buffer) {
     const int64_t P = config.value_embeds, V = config.vocab;
     if (config.ve_mode == ValueEmbeds::sparse) {
-      ops::ValueEmbedOptions options{.accumulate = ops::ValueEmbedAccumulate::deterministic};
+      ops::ValueEmbedOptions options;  // the deterministic backward: a resumed run gets the same bits
+      options.accumulate = ops::ValueEmbedAccumulate::deterministic;
       return ops::value_embed_lookup(ve->weight, ops::reshape(ids, {-1}), static_cast<int>(P),
                                      buffer, options);
     }

@@ -427,7 +427,11 @@ int train(const TrainOptions& o) {
     BackwardRecord record;
     const bool dump = step == first && !o.dump_tape.empty();
     g.backward(loss, {.record = dump ? &record : nullptr});
-    if (dump) write_tape_dump(o.dump_tape, g, &record, {.title = title + ", step " + std::to_string(step + 1)});
+    if (dump) {
+      DumpOptions options;
+      options.title = title + ", step " + std::to_string(step + 1);
+      write_tape_dump(o.dump_tape, g, &record, options);
+    }
     if (!o.trace.empty() && step == first)
       for (auto& [name, v] : model.named_parameters())
         if (v.grad().defined()) trace.emplace_back("grad." + name, v.grad().to(Device::cpu()).clone());

@@ -65,6 +65,10 @@ const std::vector<OpInfo>& op_table() {
          "y = xhat * w, xhat = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps), per row of C",
          "g = dy * w: dx = rstd * (g - xhat * mean(g * xhat)), dw = sum_rows(dy * xhat)"},
         {"dropout", "any", "y = x * mask / (1 - p), mask = Philox(seed, offset) >= p", "dx = dy * mask / (1 - p)"},
+        // the cross-entropy of a linear layer in blocks of rows (ops/fused/linear_cross_entropy.cpp)
+        {"linear_cross_entropy", "x (..., C), W (V, C), targets (...) int -> () mean/sum or (...) none",
+         "loss = cross_entropy(x @ W^T, targets), chunk_rows rows at a time",
+         "dz = (softmax(x W^T) - onehot(t)) * dy / divisor per block: dx = dz W, dW = sum over blocks of dz^T x"},
     };
     t.insert(t.end(), rest.begin(), rest.end());
     // ---- images (N, C, H, W): conv.cpp

@@ -1,0 +1,149 @@
+// The fused linear cross-entropy (linear_cross_entropy.hpp): forward and backward together.
+//
+// Note [blocks of rows]
+// Rows are taken chunk_rows at a time, in order. A block's x rows and targets are copied out of
+// the (N, C) and (N,) inputs (tensors have no views; the copy is C values a row against the V C
+// multiply-adds the row's logits cost) and its losses and dx rows copied back. The forward keeps
+// only the losses (N,) and the count of rows not ignored; the backward makes each block's logits
+// again (z = x_c W^T), their log-softmax, and in the same buffer dz = (exp(lp) - onehot(t)) *
+// dloss / divisor, then dx_c = dz W and dW += dz^T x_c (the first block's product written, the
+// others added through a block-sized temporary). At most two (chunk_rows, V) buffers are alive at
+// a time.
+#include "tapegrad/ops/fused/linear_cross_entropy.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "tapegrad/kernels/strided.hpp"
+#include "tapegrad/ops/common.hpp"
+
+namespace tapegrad::ops {
+
+using namespace detail;
+
+namespace {
+
+constexpr const char* kOp = "linear_cross_entropy";
+
+// Rows [r0, r1) of a contiguous (n, ...) tensor: itself when that is all of it, else a copy.
+Tensor rows_of(const Tensor& a, int64_t r0, int64_t r1) {
+  if (r0 == 0 && r1 == a.dim(0)) return a;
+  Shape s = a.shape();
+  s.set(0, r1 - r0);
+  Tensor out = Tensor::empty(s, a.dtype(), a.device());
+  kernels::copy_strided(a, kernels::sliced_view(a.shape(), 0, r0, r1), out, kernels::contiguous_view(s));
+  return out;
+}
+
+// `part` into rows [r0, r0 + part.dim(0)) of `whole` (nothing to do when part is whole).
+void put_rows(const Tensor& part, Tensor& whole, int64_t r0) {
+  if (part.raw_data() == whole.raw_data()) return;
+  kernels::copy_strided(part, kernels::contiguous_view(part.shape()), whole,
+                        kernels::sliced_view(whole.shape(), 0, r0, r0 + part.dim(0)));
+}
+
+// A block's rows: the rows themselves when the block is all of them, else a fresh tensor.
+Tensor block_like(const Tensor& whole, int64_t rows) {
+  if (rows == whole.dim(0)) return whole;
+  Shape s = whole.shape();
+  s.set(0, rows);
+  return Tensor::empty(s, whole.dtype(), whole.device());
+}
+
+void backward(BackwardContext& ctx) {
+  const Tensor& W = ctx.input(1);                   // (V, C)
+  const int64_t v = W.dim(0), c = W.dim(1), n = ctx.input(2).numel();
+  const Tensor x = ctx.input(0).reshape(Shape{n, c});
+  const Tensor t = ctx.input(2).reshape(Shape{n});
+  const Tensor& dloss = ctx.grad_output();          // () for mean and sum, the targets' shape for none
+  const bool per_row = dloss.ndim() > 0;
+  const Tensor d1 = per_row ? dloss.reshape(Shape{n}) : dloss;
+  const int64_t chunk = ctx.saved(1).data<int64_t>()[0];
+  const int64_t ignore_index = static_cast<int64_t>(ctx.scalar());
+  const bool want_x = ctx.needs_grad(0), want_w = ctx.needs_grad(1);
+  Tensor dx = want_x ? Tensor::empty(Shape{n, c}, x.dtype(), x.device()) : Tensor();
+  Tensor dw = want_w ? Tensor::empty(Shape{v, c}, x.dtype(), x.device()) : Tensor();
+  Tensor dw_block;
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t r1 = std::min(n, r0 + chunk), m = r1 - r0;
+    const Tensor xc = rows_of(x, r0, r1), tc = rows_of(t, r0, r1);
+    Tensor z = Tensor::empty(Shape{m, v}, x.dtype(), x.device());
+    kernels::matmul(xc, false, W, true, z);                 // (m, V) = x_c W^T
+    Tensor dz = Tensor::empty(Shape{m, v}, x.dtype(), x.device());
+    kernels::log_softmax_rows(z, dz);                       // lp
+    kernels::nll_log_softmax_backward(dz, tc, ignore_index, per_row ? rows_of(d1, r0, r1) : d1, ctx.saved(0), dz);
+    z = Tensor();
+    if (want_x) {
+      Tensor dxc = block_like(dx, m);
+      kernels::matmul(dz, false, W, false, dxc);            // (m, C) = dz W
+      put_rows(dxc, dx, r0);
+    }
+    if (want_w) {
+      if (r0 == 0) {
+        kernels::matmul(dz, true, xc, false, dw);           // (V, C) = dz^T x_c
+      } else {
+        if (!dw_block.defined()) dw_block = like(dw);
+        kernels::matmul(dz, true, xc, false, dw_block);
+        kernels::binary(kernels::Binary::add, dw, dw_block, dw);
+      }
+    }
+  }
+  if (want_x) ctx.accumulate(0, dx.reshape(ctx.input(0).shape()));
+  if (want_w) ctx.accumulate(1, dw);
+}
+
+}  // namespace
+
+Var linear_cross_entropy(Var x, Var w, Var targets, Reduction reduction, int64_t ignore_index, int64_t chunk_rows) {
+  Graph& g = graph_of(kOp, {x, w, targets});
+  const Tensor& xv = x.value();
+  const Tensor& W = w.value();
+  const Tensor& t = targets.value();
+  need_float(kOp, "x", xv);
+  same_dtype(kOp, xv, W);
+  need_index(kOp, "targets", t);
+  if (W.ndim() != 2) throw Error("[linear_cross_entropy] the weight must be 2-D (V, C), got shape " + W.shape().str());
+  if (xv.ndim() < 1 || xv.dim(xv.ndim() - 1) != W.dim(1))
+    throw Error("[linear_cross_entropy] cannot apply a weight of shape " + W.shape().str() + " to x of shape " +
+                xv.shape().str() + ": x's last axis must have the weight's " + std::to_string(W.dim(1)) + " features");
+  bool match = t.ndim() == xv.ndim() - 1;
+  for (int d = 0; match && d < t.ndim(); ++d) match = t.dim(d) == xv.dim(d);
+  if (!match)
+    throw Error("[linear_cross_entropy] x " + xv.shape().str() + " and targets " + t.shape().str() +
+                " do not match: targets need x's shape without its last axis (features)");
+  if (chunk_rows < 1) throw Error("[linear_cross_entropy] chunk_rows must be at least 1, got " + std::to_string(chunk_rows));
+  const int64_t n = t.numel(), c = W.dim(1), v = W.dim(0);
+  if (n == 0) throw Error("[linear_cross_entropy] empty batch: x " + xv.shape().str());
+  if (v == 0) throw Error("[linear_cross_entropy] no classes: the weight " + W.shape().str());
+  const Tensor x2 = xv.reshape(Shape{n, c}), t1 = t.reshape(Shape{n});
+  Tensor losses = Tensor::empty(Shape{n}, xv.dtype(), xv.device());
+  Tensor count = Tensor::empty(Shape{}, xv.dtype(), xv.device()), block_count;
+  for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {  // Note [blocks of rows]
+    const int64_t r1 = std::min(n, r0 + chunk_rows), m = r1 - r0;
+    Tensor z = Tensor::empty(Shape{m, v}, xv.dtype(), xv.device());
+    kernels::matmul(rows_of(x2, r0, r1), false, W, true, z);
+    Tensor lp = like(z);
+    kernels::log_softmax_rows(z, lp);
+    Tensor lc = block_like(losses, m);
+    if (r0 == 0) {
+      kernels::nll_rows(lp, rows_of(t1, r0, r1), ignore_index, lc, count);
+    } else {
+      if (!block_count.defined()) block_count = like(count);
+      kernels::nll_rows(lp, rows_of(t1, r0, r1), ignore_index, lc, block_count);
+      kernels::binary(kernels::Binary::add, count, block_count, count);
+    }
+    put_rows(lc, losses, r0);
+  }
+  Tensor out = losses.reshape(t.shape());
+  if (reduction != Reduction::none) {
+    out = Tensor::empty(Shape{}, xv.dtype(), xv.device());
+    kernels::sum_all(losses, out);
+    if (reduction == Reduction::mean) kernels::binary(kernels::Binary::div, out, count, out);
+  }
+  // saved: the mean's divisor (undefined for sum and none) and the block size, a () i64 on the host
+  Tensor chunk = Tensor::from_vector(std::vector<int64_t>{chunk_rows}, Shape{});
+  return g.record(kOp, std::move(out), {x, w, targets}, backward,
+                  {reduction == Reduction::mean ? count : Tensor(), std::move(chunk)}, static_cast<double>(ignore_index));
+}
+
+}  // namespace tapegrad::ops

@@ -1,0 +1,93 @@
+// ops::linear_cross_entropy against the two ops it fuses (cross_entropy(linear(x, W), t)), at
+// block sizes from one row to more than all of them, and its refusals by message. The op-case
+// table (tests/op_cases.hpp) adds the f64 gradient check, f32 against f64, the thread-count rule
+// and CPU against CUDA.
+#include <doctest/doctest.h>
+
+#include <random>
+#include <vector>
+
+#include "messages.hpp"
+#include "tapegrad/graph/graph.hpp"
+#include "tapegrad/ops/fused/linear_cross_entropy.hpp"
+#include "tapegrad/ops/ops.hpp"
+
+using namespace tapegrad;
+using tapegrad::testing::message_of;
+
+namespace {
+
+Tensor random_tensor(const Shape& s, DType dtype, uint64_t seed, double scale = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> u(0.0, scale);
+  std::vector<double> v(static_cast<size_t>(s.numel()));
+  for (double& x : v) x = u(rng);
+  return Tensor::from_doubles(v, s, dtype);
+}
+
+Tensor targets_tensor(const Shape& s, int64_t classes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<double> v(static_cast<size_t>(s.numel()));
+  for (double& x : v) x = static_cast<double>(rng() % static_cast<uint64_t>(classes));
+  return Tensor::from_doubles(v, s, DType::i32);
+}
+
+double max_relative(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_doubles(), y = b.to_doubles();
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < x.size(); ++i) scale = std::max(scale, std::abs(y[i]));
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]) / scale);
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("linear_cross_entropy equals cross_entropy(linear(x, W), t) at every block size") {
+  const Shape xs{3, 37, 16};  // 111 rows
+  for (DType dtype : {DType::f64, DType::f32}) {
+    const double bound = dtype == DType::f64 ? 1e-13 : 1e-5;
+    for (ops::Reduction r : {ops::Reduction::mean, ops::Reduction::sum, ops::Reduction::none}) {
+      for (int64_t chunk : {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{111}, int64_t{4096}}) {
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(static_cast<int>(r));
+        CAPTURE(chunk);
+        Graph g;
+        Var x = g.parameter(random_tensor(xs, dtype, 1));
+        Var w = g.parameter(random_tensor({29, 16}, dtype, 2, 0.5));
+        Var t = g.input(targets_tensor({3, 37}, 29, 3));
+        Var fused = ops::linear_cross_entropy(x, w, t, r, 4, chunk);
+        Var plain = ops::cross_entropy(ops::linear(x, w), t, r, 4);
+        CHECK(fused.shape() == plain.shape());
+        CHECK(max_relative(fused.value(), plain.value()) <= bound);
+        // the same upstream gradient through each: a sum for none, the loss itself otherwise
+        g.backward(r == ops::Reduction::none ? ops::sum(fused * 0.5) : fused, {.retain_graph = true});
+        const Tensor gx = x.grad().clone(), gw = w.grad().clone();
+        g.zero_grad();
+        g.backward(r == ops::Reduction::none ? ops::sum(plain * 0.5) : plain);
+        CHECK(max_relative(gx, x.grad()) <= bound);
+        CHECK(max_relative(gw, w.grad()) <= bound);
+      }
+    }
+  }
+}
+
+TEST_CASE("linear_cross_entropy refuses bad inputs by name and shapes") {
+  Graph g;
+  Var x = g.parameter(random_tensor({4, 8}, DType::f32, 1));
+  Var w = g.parameter(random_tensor({5, 8}, DType::f32, 2));
+  Var t = g.input(targets_tensor({4}, 5, 3));
+  CHECK(message_of([&] { ops::linear_cross_entropy(x, g.parameter(random_tensor({5, 7}, DType::f32, 2)), t); }) ==
+        "[linear_cross_entropy] cannot apply a weight of shape (5, 7) to x of shape (4, 8): x's last axis must have "
+        "the weight's 7 features");
+  CHECK(message_of([&] { ops::linear_cross_entropy(x, g.parameter(random_tensor({5}, DType::f32, 2)), t); }) ==
+        "[linear_cross_entropy] the weight must be 2-D (V, C), got shape (5,)");
+  CHECK(message_of([&] { ops::linear_cross_entropy(x, w, g.input(targets_tensor({3}, 5, 3))); }) ==
+        "[linear_cross_entropy] x (4, 8) and targets (3,) do not match: targets need x's shape without its last "
+        "axis (features)");
+  CHECK(message_of([&] { ops::linear_cross_entropy(x, w, t, ops::Reduction::mean, -100, 0); }) ==
+        "[linear_cross_entropy] chunk_rows must be at least 1, got 0");
+  CHECK(message_of([&] { ops::linear_cross_entropy(x, g.parameter(random_tensor({5, 8}, DType::f64, 2)), t); })
+            .find("[linear_cross_entropy]") == 0);
+  CHECK(message_of([&] { ops::linear_cross_entropy(x, w, g.input(random_tensor({4}, DType::f32, 3))); })
+            .find("[linear_cross_entropy]") == 0);
+}
