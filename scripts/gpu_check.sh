@@ -12,7 +12,7 @@
 # its expected file; bench/cuda_bench and the PyTorch baseline (bench/cuda_torch_baseline.py); the
 # N-d kernels' bandwidth (bench/nd_cuda_bench) and PyTorch's (bench/nd_torch.py); bench/attention_bench
 # against PyTorch's attention (bench/attention_torch.py);
-# test_cuda once more under compute-sanitizer memcheck. It ends with a short table; full logs go
+# test_cuda once more under compute-sanitizer memcheck; examples/gpt (scripts/gpu_gpt.sh). It ends with a short table; full logs go
 # to $OUT (the device tool brings them back) or ./gpu-check-logs. Exit status 0 when all passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +24,7 @@ prepare() {
   scripts/stale_cuda_objects.sh "$build"
   ninja -C "$build" tests/cuda/test_cuda tests/cuda/test_norm_cuda tests/cuda/test_nn_cuda \
     tests/value_embed/test_value_embed_cuda apps/tiny_step apps/bob \
-    bench/cuda_bench bench/nd_cuda_bench bench/attention_bench || exit 1
+    bench/cuda_bench bench/nd_cuda_bench bench/attention_bench tests/gpt/gpt bench/gpt_value_embed || exit 1
   mkdir -p .device/lib
   local lib
   for lib in $(ldd "$build/libtapegrad.so" | awk '/libsimdjson|libopenblas|libgfortran|libquadmath/ {print $3}'); do
@@ -222,6 +222,12 @@ PY
   note "compute-sanitizer memcheck" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" \
     "exit $rc: $(grep -E 'ERROR SUMMARY' "$logs/memcheck.log" | tail -n 1) ($((SECONDS - t0)) s)"
   [[ $rc -eq 0 ]] || grep -m 20 -E '=========' "$logs/memcheck.log"
+
+  # 5. examples/gpt on the GPU: resume, the small config against PyTorch, value embeddings
+  BUILD=$build LOGS=$logs/gpt scripts/gpu_gpt.sh > "$logs/gpt.log" 2>&1
+  rc=$?
+  grep '^|' "$logs/gpt.log"
+  note "examples/gpt (scripts/gpu_gpt.sh)" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" "exit $rc; $logs/gpt/summary.txt"
 
   echo
   grep '^|' "$logs/bench.txt"
