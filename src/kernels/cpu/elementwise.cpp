@@ -7,6 +7,7 @@
 // the bits one thread gives.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include <xtensor/xmath.hpp>
 #include <xtensor/xnoalias.hpp>
@@ -42,7 +43,10 @@ void unary(Unary op, const Tensor& x, Tensor& y) {
       const T* X = static_cast<const T*>(x.raw_data());
       T* Y = static_cast<T*>(y.raw_data());
       const Work work = F::streaming ? Work::streaming : Work::arithmetic;
+      const simd::Kernels& k = simd::active_kernels();  // f32 tanh, sigmoid, silu, gelu_tanh: Note [vector unary math]
       parallel_for(x.numel(), chunk_for(x.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
+        if constexpr (std::is_same_v<T, float>)
+          if (k.unary_row(op, X + begin, Y + begin, end - begin)) return;
         for (int64_t i = begin; i < end; ++i) Y[i] = F::forward(X[i]);
       });
     });
@@ -57,7 +61,10 @@ void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy
       const T* dY = static_cast<const T*>(dy.raw_data());
       T* dX = static_cast<T*>(dx.raw_data());
       const Work work = F::streaming ? Work::streaming : Work::arithmetic;
+      const simd::Kernels& k = simd::active_kernels();
       parallel_for(x.numel(), chunk_for(x.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
+        if constexpr (std::is_same_v<T, float>)
+          if (k.unary_backward_row(op, X + begin, dY + begin, dX + begin, end - begin)) return;
         for (int64_t i = begin; i < end; ++i) dX[i] = F::backward(X[i], Y[i], dY[i]);
       });
     });

@@ -41,6 +41,8 @@ const Kernels scalar_kernels = {
       return s;
     },
     [](float*, int64_t, double) -> int64_t { return 0; },
+    [](kernels::Unary, const float*, float*, int64_t) { return false; },
+    [](kernels::Unary, const float*, const float*, float*, int64_t) { return false; },
 };
 
 // What the CPU has, once. The vector paths need x86-64; an AddressSanitizer build checks the

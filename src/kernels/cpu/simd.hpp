@@ -66,7 +66,34 @@ struct Kernels {
   double (*sum_blocks)(const float* y, int64_t m);
   // y[j] = (float)(y[j] / total) (Note [division by the total]).
   int64_t (*divide_row)(float* y, int64_t m, double total);
+  // y[j] = op(x[j]) for every j < n, the tail included, when vector_unary(op) and the path is a
+  // vector one; else false (Note [vector unary math]).
+  bool (*unary_row)(kernels::Unary op, const float* x, float* y, int64_t n);
+  // dx[j] = dy[j] * op'(x[j]) likewise, when vector_unary_backward(op).
+  bool (*unary_backward_row)(kernels::Unary op, const float* x, const float* dy, float* dx, int64_t n);
 };
+
+// Note [vector unary math]
+// The scalar path computes tanh, sigmoid, silu and gelu_tanh in f32 through the C library's
+// tanhf and expf, one element at a time. The vector paths compute each element in double lanes
+// from exp_lanes (glibc's expf steps without the final rounding, simd_paths.inc) and round once
+// to float: sigmoid as 1/(1 + e) or e/(1 + e) with e = exp(-|x|), gelu_tanh as x sigmoid(2u)
+// (the same function as x/2 (1 + tanh u)), tanh by a Taylor polynomial below 1/4 and (1 - e)/(1 + e)
+// with e = exp(-2|x|) above. So the paths differ from each other: the vector results are within
+// one ulp of the correctly rounded value (tests/kernels/test_vector_math.cpp measures it against
+// the double functions over many inputs, and against libm's f32 functions), while the f32
+// formulas of the scalar path lose more where they cancel (gelu_tanh and silu for negative x).
+// AVX2 and AVX-512 do the same double operations per lane (FMA in both), so they agree with each
+// other bit for bit. On each path every element goes through the same code whatever the thread
+// split (a short tail runs as a zero-padded vector), so the bits do not depend on the thread count.
+// The backward rules of tanh and sigmoid read y only (no exp) and stay the scalar loops.
+constexpr bool vector_unary(kernels::Unary op) {
+  return op == kernels::Unary::tanh || op == kernels::Unary::sigmoid || op == kernels::Unary::silu ||
+         op == kernels::Unary::gelu_tanh;
+}
+constexpr bool vector_unary_backward(kernels::Unary op) {
+  return op == kernels::Unary::silu || op == kernels::Unary::gelu_tanh;
+}
 
 const Kernels& kernels_of(Path p);  // p's kernels (the scalar ones where p is not built)
 inline const Kernels& active_kernels() { return kernels_of(active()); }
