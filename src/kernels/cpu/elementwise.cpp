@@ -71,21 +71,23 @@ void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy
   });
 }
 
-// Equal shapes: add, sub, mul and div as xtensor expressions over flat ranges; anything else (the
+// Equal shapes: add, sub, mul and div as loops over flat ranges; anything else (the
 // other ops, broadcasting) walks (cpu/strided.cpp).
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
   if (!(a.shape() == b.shape()) || op > Binary::div) return binary_walk(op, a, b, out);
   dispatch_float(kernels::binary_name(op), a.dtype(), [&]<class T>() {
     const Work work = op == Binary::div ? Work::arithmetic : Work::streaming;
+    const T* A = static_cast<const T*>(a.raw_data());
+    const T* B = static_cast<const T*>(b.raw_data());
+    T* O = static_cast<T*>(out.raw_data());
+    // plain loops over the range (the compiler vectorizes them; an output aliasing an input is read
+    // before it is written at each index)
     parallel_for(out.numel(), chunk_for(out.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
-      auto A = flat<T>(a, begin, end);
-      auto B = flat<T>(b, begin, end);
-      auto O = flat<T>(out, begin, end);
       switch (op) {
-        case Binary::add: xt::noalias(O) = A + B; break;
-        case Binary::sub: xt::noalias(O) = A - B; break;
-        case Binary::mul: xt::noalias(O) = A * B; break;
-        case Binary::div: xt::noalias(O) = A / B; break;
+        case Binary::add: for (int64_t i = begin; i < end; ++i) O[i] = A[i] + B[i]; break;
+        case Binary::sub: for (int64_t i = begin; i < end; ++i) O[i] = A[i] - B[i]; break;
+        case Binary::mul: for (int64_t i = begin; i < end; ++i) O[i] = A[i] * B[i]; break;
+        case Binary::div: for (int64_t i = begin; i < end; ++i) O[i] = A[i] / B[i]; break;
         default: break;
       }
     });

@@ -204,13 +204,17 @@ void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
     const T* Y = static_cast<const T*>(y.raw_data());
     const T* dY = static_cast<const T*>(dy.raw_data());
     T* dX = static_cast<T*>(dx.raw_data());
+    const simd::Kernels& vk = simd::active_kernels();
     parallel_for(n, costly_rows_chunk(n, m * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
-      std::vector<T> prod(static_cast<size_t>(m));
+      std::vector<T> prod(std::is_same_v<T, double> ? static_cast<size_t>(m) : 0);
       for (int64_t i = begin; i < end; ++i) {
-        for (int64_t j = 0; j < m; ++j) prod[static_cast<size_t>(j)] = dY[i * m + j] * Y[i * m + j];
         double dot;
-        if constexpr (std::is_same_v<T, double>) dot = exact_sum(prod.data(), prod.size());
-        else { dot = 0.0; for (T p : prod) dot += p; }
+        if constexpr (std::is_same_v<T, double>) {
+          for (int64_t j = 0; j < m; ++j) prod[static_cast<size_t>(j)] = dY[i * m + j] * Y[i * m + j];
+          dot = exact_sum(prod.data(), prod.size());
+        } else {
+          dot = vk.dot_row(dY + i * m, Y + i * m, m);  // f32: the path's double sum of the products
+        }
         for (int64_t j = 0; j < m; ++j) dX[i * m + j] = Y[i * m + j] * (dY[i * m + j] - static_cast<T>(dot));
       }
     });

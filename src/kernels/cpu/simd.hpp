@@ -71,6 +71,11 @@ struct Kernels {
   bool (*unary_row)(kernels::Unary op, const float* x, float* y, int64_t n);
   // dx[j] = dy[j] * op'(x[j]) likewise, when vector_unary_backward(op).
   bool (*unary_backward_row)(kernels::Unary op, const float* x, const float* dy, float* dx, int64_t n);
+  // The double sum of the float products a[j] * b[j], j < m (the softmax backward's sum(dy * y)):
+  // left to right on the scalar path; the vector paths keep 8 vectors of kD partial sums (simd_paths.inc) and
+  // add them up at the end, so AVX2 and AVX-512 (and the scalar loop) differ in the last bits. Each
+  // row is one call on one thread: the bits do not depend on the thread count.
+  double (*dot_row)(const float* a, const float* b, int64_t m);
 };
 
 // Note [vector unary math]
