@@ -104,6 +104,16 @@ void softmax_row(const simd::Kernels& vk, const T* x, T* y, int64_t m, double* t
 
 }  // namespace
 
+void softmax_row_f32(const float* x, float* y, int64_t m, double* top, double* total) {
+  softmax_row(simd::active_kernels(), x, y, m, top, total);
+}
+
+void exp_shifted_row(const float* x, float shift, float* y, int64_t n) {
+  const simd::Kernels& vk = simd::active_kernels();
+  int64_t j = vector_expf(vk) ? vk.exp_row(x, shift, y, n, exp_f32) : 0;
+  for (; j < n; ++j) y[j] = exp_f32(x[j] - shift);
+}
+
 void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out) {
   const int64_t rows = table.dim(0), d = table.dim(1), b = ids.numel();
   const size_t row_bytes = static_cast<size_t>(d) * dtype_size(table.dtype());
