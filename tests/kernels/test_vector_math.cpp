@@ -2,7 +2,8 @@
 // src/kernels/cpu/simd.hpp): within one ulp of the function computed in double and rounded to
 // float, over every 251st float bit pattern of [-30, 30] and the special values; within 2 ulps of
 // glibc's tanhf; AVX2 and AVX-512 bit for bit alike; every element's bits independent of where its
-// row starts or ends (the thread split).
+// row starts or ends (the thread split). And ops::softmax's vector rows (Note [vector softmax rows])
+// within 2 ulps of the double softmax.
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -12,6 +13,7 @@
 #include <string>
 #include <algorithm>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "cpu_paths.hpp"
@@ -177,5 +179,43 @@ TEST_CASE("the scalar path leaves every element to the reference loop") {
   for (simd::Path p : vector_paths()) {
     CHECK_FALSE(simd::kernels_of(p).unary_row(Unary::exp, x, y, 3));
     CHECK_FALSE(simd::kernels_of(p).unary_backward_row(Unary::tanh, x, x, y, 3));
+  }
+}
+
+TEST_CASE("the vector paths' softmax rows are within 2 ulps of the double softmax; NaN, inf and short rows refused") {
+  std::mt19937_64 rng(77);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (simd::Path p : vector_paths()) {
+    const simd::Kernels& k = simd::kernels_of(p);
+    const std::string what = simd::name(p);
+    CAPTURE(what);
+    for (int64_t m : {16, 17, 31, 100, 768, 1001}) {
+      for (double spread : {1.0, 10.0, 60.0}) {
+        CAPTURE(m);
+        CAPTURE(spread);
+        std::vector<float> x(static_cast<size_t>(m)), y(static_cast<size_t>(m));
+        for (float& v : x) v = static_cast<float>(spread * normal(rng));
+        x[static_cast<size_t>(m / 2)] = -INFINITY;  // exp 0
+        REQUIRE(k.softmax_row(x.data(), y.data(), m));
+        double top = -INFINITY, total = 0.0;
+        for (float v : x) top = std::max(top, static_cast<double>(v));
+        for (float v : x) total += std::exp(static_cast<double>(v) - top);
+        int64_t worst = 0;
+        for (int64_t j = 0; j < m; ++j) {
+          const float want = static_cast<float>(std::exp(static_cast<double>(x[static_cast<size_t>(j)]) - top) / total);
+          worst = std::max(worst, ulps(y[static_cast<size_t>(j)], want));
+        }
+        CHECK(worst <= 2);
+        CHECK(y[static_cast<size_t>(m / 2)] == 0.0f);
+      }
+    }
+    std::vector<float> x(40, 0.5f), y(40);
+    x[3] = std::numeric_limits<float>::quiet_NaN();
+    CHECK_FALSE(k.softmax_row(x.data(), y.data(), 40));
+    x[3] = INFINITY;
+    CHECK_FALSE(k.softmax_row(x.data(), y.data(), 40));
+    std::fill(x.begin(), x.end(), -INFINITY);
+    CHECK_FALSE(k.softmax_row(x.data(), y.data(), 40));
+    CHECK_FALSE(k.softmax_row(x.data(), y.data(), k.lanes - 1));
   }
 }

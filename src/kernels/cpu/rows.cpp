@@ -203,7 +203,11 @@ void softmax_rows(const Tensor& x, Tensor& y) {
     const simd::Kernels& vk = simd::active_kernels();
     parallel_for(n, costly_rows_chunk(n, m * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
       double top, total;
-      for (int64_t i = begin; i < end; ++i) softmax_row(vk, X + i * m, Y + i * m, m, &top, &total);
+      for (int64_t i = begin; i < end; ++i) {
+        if constexpr (std::is_same_v<T, float>)  // Note [vector softmax rows] in simd.hpp
+          if (vk.softmax_row(X + i * m, Y + i * m, m)) continue;
+        softmax_row(vk, X + i * m, Y + i * m, m, &top, &total);
+      }
     });
   });
 }

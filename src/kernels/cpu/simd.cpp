@@ -48,6 +48,7 @@ const Kernels scalar_kernels = {
       for (int64_t j = 0; j < m; ++j) s += a[j] * b[j];
       return s;
     },
+    [](const float*, float*, int64_t) { return false; },
 };
 
 // What the CPU has, once. The vector paths need x86-64; an AddressSanitizer build checks the

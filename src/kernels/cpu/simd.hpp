@@ -76,7 +76,18 @@ struct Kernels {
   // add them up at the end, so AVX2 and AVX-512 (and the scalar loop) differ in the last bits. Each
   // row is one call on one thread: the bits do not depend on the thread count.
   double (*dot_row)(const float* a, const float* b, int64_t m);
+  // y = softmax(x[0..m)) by Note [vector softmax rows], or false (a NaN or infinite max, a row
+  // shorter than a vector, the scalar path) for the reference row.
+  bool (*softmax_row)(const float* x, float* y, int64_t m);
 };
+
+// Note [vector softmax rows]
+// ops::softmax's f32 rows on a vector path (not bob's cross-entropy rows, which keep the C
+// library's expf bits, Note [vectorized expf]): the max, then e_j = exp(x_j - max) in double lanes
+// (exp_lanes; 0 where x_j - max < -150, whose float is 0) summed in kD running sums and stored as
+// floats, then each multiplied in double by 1/sum and rounded once. Within 2 ulps of the reference
+// row (tests/kernels/test_vector_math.cpp); the sums' lanes make AVX2 and AVX-512 differ in the last
+// bits. A row is one call on one thread, so the thread count does not enter.
 
 // Note [vector unary math]
 // The scalar path computes tanh, sigmoid, silu and gelu_tanh in f32 through the C library's
