@@ -7,7 +7,11 @@
 // reassociation, no approximate reciprocals), or an order the notes of simd_paths.inc prove
 // gives the same result. Each function handles whole vectors and returns how many elements it
 // did (the caller's reference loop does the rest), or says it could not (false) so that the
-// caller runs its loop.
+// caller runs its loop. The exceptions are the f32 math of ops that no pinned result reads
+// (tanh, sigmoid, silu, gelu_tanh: Note [vector unary math]; ops::softmax's rows: Note [vector
+// softmax rows]; the softmax backward's dot_row): there the paths differ from each other in the
+// last bits (the vector math is the more accurate), and each is deterministic and independent of
+// the thread count.
 //
 // Note [cpu paths]
 // The paths are written once (simd_paths.inc) and compiled twice, for AVX2 with FMA and for
@@ -16,7 +20,8 @@
 // avx512 forces one (an error when the CPU lacks it), unset takes the best the CPU has.
 // set_path changes it at run time (tests, benchmarks). The scalar path runs the reference
 // loops alone, as every path does in an AddressSanitizer build or on a CPU other than x86-64.
-// Since every path gives the same bits, the choice changes only the time a kernel takes.
+// Outside those exceptions every path gives the same bits, so the choice changes only the time a
+// kernel takes.
 #pragma once
 
 #include <cmath>
