@@ -248,14 +248,28 @@ double sum_in_lanes(const float* x, size_t n) {
 
 }  // namespace
 
-// f64: exact (row_sum); f32: sum_in_lanes. (mean_all keeps row_sum's left-to-right f32 order: the
-// losses bob reports go through it.)
+// f64: exact (row_sum); f32: sum_in_lanes of each block of 2^16 elements (the blocks over the
+// threads; their bounds depend on n alone), the blocks' sums then added in order. (mean_all keeps
+// row_sum's left-to-right f32 order: the losses bob reports go through it.)
 void sum_all(const Tensor& x, Tensor& out) {
   dispatch_float("sum", x.dtype(), [&]<class T>() {
     const T* X = static_cast<const T*>(x.raw_data());
-    const size_t n = static_cast<size_t>(x.numel());
-    if constexpr (std::is_same_v<T, float>) *static_cast<T*>(out.raw_data()) = static_cast<float>(sum_in_lanes(X, n));
-    else *static_cast<T*>(out.raw_data()) = row_sum(X, n, 1);
+    const int64_t n = x.numel();
+    if constexpr (std::is_same_v<T, float>) {
+      constexpr int64_t kBlock = int64_t{1} << 16;
+      const int64_t blocks = (n + kBlock - 1) / kBlock;
+      std::vector<double> partial(static_cast<size_t>(blocks));
+      parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b)
+          partial[static_cast<size_t>(b)] =
+              sum_in_lanes(X + b * kBlock, static_cast<size_t>(std::min(kBlock, n - b * kBlock)));
+      });
+      double total = 0.0;
+      for (double p : partial) total += p;
+      *static_cast<T*>(out.raw_data()) = static_cast<float>(total);
+    } else {
+      *static_cast<T*>(out.raw_data()) = row_sum(X, static_cast<size_t>(n), 1);
+    }
   });
 }
 

@@ -186,8 +186,9 @@ void reduce(Reduce op, const Tensor& x, const Shape& kept, Tensor& out) {
     auto finish = [&](double acc) { return static_cast<T>(op == Reduce::mean ? acc / static_cast<double>(count) : acc); };
     const int64_t m = r.outer.numel;
     const bool rows = r.inner.ndim == 1 && r.outer.ndim == 1 && r.outer.stride[1][0] == 1 && r.inner.stride[0][0] == m;
-    if (rows) {  // x (count, m) -> (m,)
-      parallel_for(m, chunk_for(m, count * static_cast<int64_t>(sizeof(T)), Work::arithmetic),
+    if (rows) {  // x (count, m) -> (m,), in bands of at least 128 columns (whole cache lines of each row)
+      const int64_t band = chunk_for(m, count * static_cast<int64_t>(sizeof(T)), Work::arithmetic) < m ? 128 : m;
+      parallel_for(m, band,
                    [&](int64_t begin, int64_t end) {
                      std::vector<double> acc(static_cast<size_t>(end - begin), init);
                      double* a = acc.data();
