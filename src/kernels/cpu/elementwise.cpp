@@ -30,7 +30,8 @@ void fill(Tensor& out, double value) {
 void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor) {
   dispatch_float("fill_from_scalar", out.dtype(), [&]<class T>() {
     const double s = static_cast<double>(*static_cast<const T*>(scalar.raw_data()));
-    parallel_for(out.numel(), chunk_for(out.numel(), sizeof(T), Work::arithmetic), [&](int64_t begin, int64_t end) {
+    parallel_for(out.numel(), range_per_thread(out.numel(), chunk_for(out.numel(), sizeof(T), Work::arithmetic)),
+                 [&](int64_t begin, int64_t end) {
       flat<T>(out, begin, end).fill(static_cast<T>(s / divisor));
     });
   });
@@ -44,7 +45,7 @@ void unary(Unary op, const Tensor& x, Tensor& y) {
       T* Y = static_cast<T*>(y.raw_data());
       const Work work = F::streaming ? Work::streaming : Work::arithmetic;
       const simd::Kernels& k = simd::active_kernels();  // f32 tanh, sigmoid, silu, gelu_tanh: Note [vector unary math]
-      parallel_for(x.numel(), chunk_for(x.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
+      parallel_for(x.numel(), range_per_thread(x.numel(), chunk_for(x.numel(), sizeof(T), work)), [&](int64_t begin, int64_t end) {
         if constexpr (std::is_same_v<T, float>)
           if (k.unary_row(op, X + begin, Y + begin, end - begin)) return;
         for (int64_t i = begin; i < end; ++i) Y[i] = F::forward(X[i]);
@@ -62,7 +63,7 @@ void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy
       T* dX = static_cast<T*>(dx.raw_data());
       const Work work = F::streaming ? Work::streaming : Work::arithmetic;
       const simd::Kernels& k = simd::active_kernels();
-      parallel_for(x.numel(), chunk_for(x.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
+      parallel_for(x.numel(), range_per_thread(x.numel(), chunk_for(x.numel(), sizeof(T), work)), [&](int64_t begin, int64_t end) {
         if constexpr (std::is_same_v<T, float>)
           if (k.unary_backward_row(op, X + begin, dY + begin, dX + begin, end - begin)) return;
         for (int64_t i = begin; i < end; ++i) dX[i] = F::backward(X[i], Y[i], dY[i]);
@@ -82,7 +83,7 @@ void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
     T* O = static_cast<T*>(out.raw_data());
     // plain loops over the range (the compiler vectorizes them; an output aliasing an input is read
     // before it is written at each index)
-    parallel_for(out.numel(), chunk_for(out.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
+    parallel_for(out.numel(), range_per_thread(out.numel(), chunk_for(out.numel(), sizeof(T), work)), [&](int64_t begin, int64_t end) {
       switch (op) {
         case Binary::add: for (int64_t i = begin; i < end; ++i) O[i] = A[i] + B[i]; break;
         case Binary::sub: for (int64_t i = begin; i < end; ++i) O[i] = A[i] - B[i]; break;

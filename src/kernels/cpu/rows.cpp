@@ -201,7 +201,7 @@ void softmax_rows(const Tensor& x, Tensor& y) {
     const T* X = static_cast<const T*>(x.raw_data());
     T* Y = static_cast<T*>(y.raw_data());
     const simd::Kernels& vk = simd::active_kernels();
-    parallel_for(n, costly_rows_chunk(n, m * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
+    parallel_for(n, range_per_thread(n, costly_rows_chunk(n, m * static_cast<int64_t>(sizeof(T)))), [&](int64_t begin, int64_t end) {
       double top, total;
       for (int64_t i = begin; i < end; ++i) {
         if constexpr (std::is_same_v<T, float>)  // Note [vector softmax rows] in simd.hpp
@@ -219,7 +219,7 @@ void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
     const T* dY = static_cast<const T*>(dy.raw_data());
     T* dX = static_cast<T*>(dx.raw_data());
     const simd::Kernels& vk = simd::active_kernels();
-    parallel_for(n, costly_rows_chunk(n, m * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
+    parallel_for(n, range_per_thread(n, costly_rows_chunk(n, m * static_cast<int64_t>(sizeof(T)))), [&](int64_t begin, int64_t end) {
       std::vector<T> prod(std::is_same_v<T, double> ? static_cast<size_t>(m) : 0);
       for (int64_t i = begin; i < end; ++i) {
         double dot;

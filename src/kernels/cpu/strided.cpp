@@ -65,7 +65,7 @@ void binary_walk(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
       const T* A = static_cast<const T*>(a.raw_data());
       const T* B = static_cast<const T*>(b.raw_data());
       T* O = static_cast<T*>(out.raw_data());
-      parallel_for(w.numel, walk_chunk(w, sizeof(T), Work::arithmetic), [&](int64_t begin, int64_t end) {
+      parallel_for(w.numel, range_per_thread(w.numel, walk_chunk(w, sizeof(T), Work::arithmetic)), [&](int64_t begin, int64_t end) {
         for_each_run(w, begin, end, [&](const int64_t* off, int64_t n, const int64_t* s) {
           T* o = O + off[0];
           const T* x = A + off[1];
@@ -109,7 +109,7 @@ void binary_backward(Binary op, int k, const Tensor& a, const Tensor& b, const T
           i += n;
         });
       };
-      parallel_for(w.numel, walk_chunk(w, sizeof(T), Work::arithmetic), [&](int64_t begin, int64_t end) {
+      parallel_for(w.numel, range_per_thread(w.numel, walk_chunk(w, sizeof(T), Work::arithmetic)), [&](int64_t begin, int64_t end) {
         if (k == 0) runs.template operator()<0>(begin, end);
         else runs.template operator()<1>(begin, end);
       });
@@ -191,14 +191,18 @@ void reduce(Reduce op, const Tensor& x, const Shape& kept, Tensor& out) {
       parallel_for(m, band,
                    [&](int64_t begin, int64_t end) {
                      std::vector<double> acc(static_cast<size_t>(end - begin), init);
-                     double* a = acc.data();
+                     double* __restrict a = acc.data();
                      const int64_t width = end - begin;
-                     for (int64_t i = 0; i < count; ++i) {
-                       const T* row = X + i * m + begin;
-                       if (op == Reduce::sum || op == Reduce::mean)  // the same additions, in a loop the compiler vectorizes
+                     if (op == Reduce::sum || op == Reduce::mean) {  // the same additions, in a loop the compiler vectorizes
+                       for (int64_t i = 0; i < count; ++i) {
+                         const T* __restrict row = X + i * m + begin;
                          for (int64_t j = 0; j < width; ++j) a[j] += static_cast<double>(row[j]);
-                       else
+                       }
+                     } else {
+                       for (int64_t i = 0; i < count; ++i) {
+                         const T* row = X + i * m + begin;
                          for (int64_t j = 0; j < width; ++j) a[j] = step(a[j], row[j]);
+                       }
                      }
                      for (int64_t j = begin; j < end; ++j) O[j] = finish(acc[static_cast<size_t>(j - begin)]);
                    });
