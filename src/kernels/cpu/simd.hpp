@@ -89,10 +89,11 @@ struct Kernels {
 // Note [vector softmax rows]
 // ops::softmax's f32 rows on a vector path (not bob's cross-entropy rows, which keep the C
 // library's expf bits, Note [vectorized expf]): the max, then e_j = exp(x_j - max) in double lanes
-// (exp_lanes; 0 where x_j - max < -150, whose float is 0) summed in kD running sums and stored as
-// floats, then each multiplied in double by 1/sum and rounded once. Within 2 ulps of the reference
-// row (tests/kernels/test_vector_math.cpp); the sums' lanes make AVX2 and AVX-512 differ in the last
-// bits. A row is one call on one thread, so the thread count does not enter.
+// (exp_lanes; x_j - max taken as -150 where it is below, a float 0 once scaled), summed in kD
+// running sums and stored as floats, then each multiplied in double by 1/sum and rounded once.
+// Within 2 ulps of the double softmax (tests/kernels/test_vector_math.cpp); the sums' lanes make
+// AVX2 and AVX-512 differ in the last bits. A row is one call on one thread, so the thread count
+// does not enter.
 
 // Note [vector unary math]
 // The scalar path computes tanh, sigmoid, silu and gelu_tanh in f32 through the C library's

@@ -101,6 +101,7 @@ TG_TARGET inline unsigned lane_bits(DMask a) { return static_cast<unsigned>(_mm2
 TG_TARGET inline D select(DMask m, D a, D b) { return _mm256_blendv_pd(b, a, m); }
 TG_TARGET inline D add_where(DMask m, D a, D b) { return select(m, add(a, b), a); }
 TG_TARGET inline D min(D a, D b) { return _mm256_min_pd(a, b); }  // b where either is NaN
+TG_TARGET inline D max(D a, D b) { return _mm256_max_pd(a, b); }  // b where either is NaN
 TG_TARGET inline D min_where(DMask m, D a, D b) { return select(m, _mm256_min_pd(a, b), a); }
 
 // 64-bit integers, 4 lanes

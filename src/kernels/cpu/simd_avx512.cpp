@@ -102,6 +102,7 @@ TG_TARGET inline D add_where(DMask m, D a, D b) { return _mm512_mask_add_pd(a, m
 TG_TARGET inline D min_where(DMask m, D a, D b) { return _mm512_mask_min_pd(a, m, a, b); }
 TG_TARGET inline D select(DMask m, D a, D b) { return _mm512_mask_blend_pd(m, b, a); }
 TG_TARGET inline D min(D a, D b) { return _mm512_min_pd(a, b); }  // b where either is NaN
+TG_TARGET inline D max(D a, D b) { return _mm512_max_pd(a, b); }  // b where either is NaN
 
 // 64-bit integers, 8 lanes
 TG_TARGET inline I seti(int64_t x) { return _mm512_set1_epi64(x); }
