@@ -249,7 +249,8 @@ double sum_in_lanes(const float* x, size_t n) {
 }  // namespace
 
 // f64: exact (row_sum); f32: sum_in_lanes of each block of 2^16 elements (the blocks over the
-// threads; their bounds depend on n alone), the blocks' sums then added in order. (mean_all keeps
+// threads, one range of them each; their bounds depend on n alone), the blocks' sums then added in
+// order. (mean_all keeps
 // row_sum's left-to-right f32 order: the losses bob reports go through it.)
 void sum_all(const Tensor& x, Tensor& out) {
   dispatch_float("sum", x.dtype(), [&]<class T>() {
@@ -259,7 +260,7 @@ void sum_all(const Tensor& x, Tensor& out) {
       constexpr int64_t kBlock = int64_t{1} << 16;
       const int64_t blocks = (n + kBlock - 1) / kBlock;
       std::vector<double> partial(static_cast<size_t>(blocks));
-      parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
+      parallel_for(blocks, range_per_thread(blocks, 1), [&](int64_t begin, int64_t end) {
         for (int64_t b = begin; b < end; ++b)
           partial[static_cast<size_t>(b)] =
               sum_in_lanes(X + b * kBlock, static_cast<size_t>(std::min(kBlock, n - b * kBlock)));
