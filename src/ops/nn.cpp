@@ -48,6 +48,17 @@ Tensor rows_of(const Tensor& t) {
   return t.reshape(Shape{m == 0 ? 0 : t.numel() / m, m});
 }
 
+// dx = kernel(rows of y, rows of dy) into a new tensor for input 0; its (rows, m) view is gone
+// before dx is handed on, so that a parameter keeps dx itself rather than a copy.
+void rows_backward(BackwardContext& ctx, void (*kernel)(const Tensor&, const Tensor&, Tensor&)) {
+  Tensor dx = like(ctx.input(0));
+  {
+    Tensor d = rows_of(dx);
+    kernel(rows_of(ctx.output()), rows_of(ctx.grad_output()), d);
+  }
+  ctx.accumulate(0, dx);
+}
+
 }  // namespace
 
 // x (s) -> (s), along axis exp(x - max) / sum;  dx = y * (dy - sum_axis(dy * y))
@@ -61,10 +72,7 @@ Var softmax(Var x, int axis) {
     Tensor y = rows_of(out);
     kernels::softmax_rows(rows_of(t), y);
     return g.record("softmax", std::move(out), {v}, [](BackwardContext& ctx) {
-      Tensor dx = like(ctx.input(0));
-      Tensor d = rows_of(dx);
-      kernels::softmax_rows_backward(rows_of(ctx.output()), rows_of(ctx.grad_output()), d);
-      ctx.accumulate(0, dx);
+      rows_backward(ctx, kernels::softmax_rows_backward);
     });
   });
 }
@@ -81,10 +89,7 @@ Var log_softmax(Var x, int axis) {
     Tensor y = rows_of(out);
     kernels::log_softmax_rows(rows_of(t), y);
     return g.record("log_softmax", std::move(out), {v}, [](BackwardContext& ctx) {
-      Tensor dx = like(ctx.input(0));
-      Tensor d = rows_of(dx);
-      kernels::log_softmax_rows_backward(rows_of(ctx.output()), rows_of(ctx.grad_output()), d);
-      ctx.accumulate(0, dx);
+      rows_backward(ctx, kernels::log_softmax_rows_backward);
     });
   });
 }

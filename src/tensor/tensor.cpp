@@ -70,8 +70,10 @@ void note_host_fallback(const char*) { g_host_fallbacks.fetch_add(1); }
 
 // ---- host blocks: a per-thread cache of power-of-two blocks up to 64 KiB, so a training loop's
 // small tensors reuse memory instead of going through malloc and free every op; and a cache of
-// larger blocks by exact size (up to 16 MiB in all), so its large tensors, which come back at the
-// same sizes every step, reuse theirs instead of being mapped and page-faulted in afresh every step.
+// larger blocks by exact size (up to 256 MiB in all), so its large tensors, which come back at the
+// same sizes every step, reuse theirs instead of being mapped and page-faulted in afresh every step
+// (a 40 MB activation is 10^4 page faults each time: at 10^7 elements an elementwise chain or a
+// softmax spends more time faulting than computing, docs/perf.md).
 
 namespace {
 
@@ -80,7 +82,7 @@ constexpr size_t kCachedBytesPerClass = 0;  // AddressSanitizer builds: every bl
 constexpr size_t kCachedLargeBytes = 0;
 #else
 constexpr size_t kCachedBytesPerClass = size_t{1} << 20;  // up to 1 MiB of free blocks per size class
-constexpr size_t kCachedLargeBytes = size_t{16} << 20;    // up to 16 MiB of free large blocks
+constexpr size_t kCachedLargeBytes = size_t{256} << 20;   // up to 256 MiB of free large blocks
 #endif
 constexpr size_t kMinBlock = 64, kMaxCachedBlock = 64 * 1024, kClasses = 11;
 

@@ -14,6 +14,7 @@
 #include "tapegrad/kernels/kernels.hpp"
 #include "tapegrad/ops/fused/attention.hpp"
 #include "tapegrad/ops/ops.hpp"
+#include "tapegrad/tensor/parallel.hpp"
 
 using namespace tapegrad;
 using tapegrad::testing::message_of;
@@ -267,5 +268,43 @@ TEST_CASE("a query row that sees one key passes exactly 0 to its q and k (delta 
     CHECK(q.grad().to_doubles() == std::vector<double>(10, 0.0));
     CHECK(k.grad().to_doubles() == std::vector<double>(10, 0.0));
     CHECK(v.grad().to_doubles() == r.to_doubles());
+  }
+}
+
+// cpuperf: the f32 kernel's blocks of 64 query rows (Note [attention blocks] in cpu/attention.cpp)
+TEST_CASE("f32 over several blocks of query rows: within f32's rounding of f64, the same bits on 1, 2 and 3 threads") {
+  struct Case {
+    bool causal;
+    int64_t tq, tk;
+  };
+  for (Case c : {Case{true, 150, 150}, Case{false, 130, 77}, Case{true, 64, 64}, Case{false, 1, 200}}) {
+    CAPTURE(c.causal);
+    CAPTURE(c.tq);
+    const int64_t d = 8, dv = 5;
+    // y, dq, dk and dv of sum(y * r), on `threads` threads
+    auto run = [&](DType dtype, int threads) {
+      const int before = num_threads();
+      set_num_threads(threads);
+      Graph g;
+      Var q = g.parameter(uniform({2, 3, c.tq, d}, 21, dtype)), k = g.parameter(uniform({2, 3, c.tk, d}, 22, dtype));
+      Var v = g.parameter(uniform({2, 3, c.tk, dv}, 23, dtype));
+      Var y = ops::scaled_dot_product_attention(q, k, v, c.causal);
+      g.backward(ops::sum(ops::mul(y, g.input(uniform({2, 3, c.tq, dv}, 24, dtype)))));
+      std::vector<std::vector<double>> out{y.value().to_doubles(), q.grad().to_doubles(), k.grad().to_doubles(),
+                                           v.grad().to_doubles()};
+      set_num_threads(before);
+      return out;
+    };
+    const auto want = run(DType::f64, 1), one = run(DType::f32, 1);
+    for (size_t t = 0; t < want.size(); ++t) {
+      CAPTURE(t);
+      REQUIRE(one[t].size() == want[t].size());
+      size_t bad = 0;
+      for (size_t i = 0; i < want[t].size(); ++i)
+        if (!(std::fabs(one[t][i] - want[t][i]) <= 1e-5 * (1 + std::fabs(want[t][i])))) ++bad;
+      CHECK(bad == 0);
+    }
+    CHECK(run(DType::f32, 2) == one);
+    CHECK(run(DType::f32, 3) == one);
   }
 }

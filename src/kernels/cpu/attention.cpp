@@ -1,6 +1,7 @@
 // CPU attention kernels: scaled dot-product attention forward and backward, the reference the
-// CUDA kernels (src/cuda/attention.cu) are checked against. Row by row, as the formulas read:
-// no tiles, no online softmax.
+// CUDA kernels (src/cuda/attention.cu) are checked against. f64 row by row, as the formulas read
+// (no tiles, no online softmax); f32 in blocks of query rows through OpenBLAS (Note [attention
+// blocks]).
 //
 // Shapes: q (B, H, Tq, d), k (B, H, Tk, d), v (B, H, Tk, dv), out (B, H, Tq, dv), lse and delta
 // (B, H, Tq); "row" below is one (b, h, i). Causal (Tq == Tk) lets query i see keys 0..i.
@@ -23,6 +24,22 @@
 // The forward splits over rows; the backward makes dq row by row (pass 1, which also writes delta),
 // then dk and dv key row by key row (pass 2, recomputing p and dS): every sum stays whole on one
 // thread, so the bits do not depend on the thread count.
+//
+// Note [attention blocks]
+// f32 takes the formulas above a block of 64 query rows at a time, with the products as sgemm
+// calls: S = scale q_blk k^T over the keys the block sees (causal: keys 0 .. the block's last row,
+// so the blocks above the diagonal are never computed), each row's softmax by softmax_rows' f32
+// kernel on its visible keys (0 past them), out_blk = P v. The backward recomputes S and
+// p = expf(s - lse), takes dP = dout_blk v^T, delta_i = sum_j p_ij dP_ij in double (equal to
+// dout_i . out_i, and exactly dP where a row sees one key, p = 1: its dq and dk are exactly 0, as
+// above), dS = p (dP - delta), then dq_blk = scale dS k, dk += scale dS^T q_blk and
+// dv += P^T dout_blk, the blocks in order. The products are OpenBLAS's single-threaded sums (not
+// in index order, so f32 results are not the row-by-row reference's bits, but within f32's
+// rounding of them), and whole heads split over the threads: each head is the same BLAS calls
+// on whichever thread runs it, so the bits do not depend on the thread count. delta is written
+// as above (f64 scratch).
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -172,20 +189,119 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   });
 }
 
+// ---- f32: blocks of query rows through OpenBLAS (Note [attention blocks])
+
+constexpr int64_t kBlock = 64;  // query rows per block
+
+void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+           int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+              static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
+}
+
+// The query rows [i0, i0 + rows) of a block see keys [0, keys(i0, rows)); row i sees visible(i) of them.
+struct Blocks {
+  Dims n;
+  bool causal;
+  int64_t keys(int64_t i0, int64_t rows) const { return causal ? i0 + rows : n.tk; }
+  int64_t visible(int64_t i) const { return causal ? i + 1 : n.tk; }
+};
+
+// Heads split over the threads, whole: each head's products are the same BLAS calls on any thread.
+template <class F>
+void for_each_head(const Dims& n, F&& f) {
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);  // Note [BLAS threads] in cpu/linalg.cpp
+  parallel_for(n.heads, rows_chunk(n.heads, n.tq * n.tk * (n.d + n.dv)), [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(static_cast<size_t>(3 * kBlock * n.tk));
+    for (int64_t h = begin; h < end; ++h) f(h, scratch.data());
+  });
+}
+
+void forward_f32(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, Tensor& out, Tensor& lse) {
+  const Blocks b{Dims(q, v), causal};
+  const Dims& n = b.n;
+  const float *Q = static_cast<const float*>(q.raw_data()), *K = static_cast<const float*>(k.raw_data()),
+              *V = static_cast<const float*>(v.raw_data());
+  float *O = static_cast<float*>(out.raw_data()), *L = static_cast<float*>(lse.raw_data());
+  for_each_head(n, [&](int64_t h, float* scratch) {
+    const float *qh = Q + h * n.tq * n.d, *kh = K + h * n.tk * n.d, *vh = V + h * n.tk * n.dv;
+    float* S = scratch;               // (rows, keys): the scores
+    float* P = scratch + kBlock * n.tk;  // (rows, keys): the probabilities, 0 past a row's keys
+    for (int64_t i0 = 0; i0 < n.tq; i0 += kBlock) {
+      const int64_t rows = std::min(kBlock, n.tq - i0), keys = b.keys(i0, rows);
+      sgemm(false, true, rows, keys, n.d, static_cast<float>(scale), qh + i0 * n.d, n.d, kh, n.d, 0.0f, S, keys);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r, seen = b.visible(i);
+        double top, total;
+        softmax_row_f32(S + r * keys, P + r * keys, seen, &top, &total);
+        std::fill(P + r * keys + seen, P + (r + 1) * keys, 0.0f);
+        L[h * n.tq + i] = static_cast<float>(top + std::log(total));
+      }
+      sgemm(false, false, rows, n.dv, keys, 1.0f, P, keys, vh, n.dv, 0.0f, O + (h * n.tq + i0) * n.dv, n.dv);
+    }
+  });
+}
+
+void backward_f32(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Tensor& lse, bool causal,
+                  double scale, Tensor& delta, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const Blocks b{Dims(q, v), causal};
+  const Dims& n = b.n;
+  const float *Q = static_cast<const float*>(q.raw_data()), *K = static_cast<const float*>(k.raw_data()),
+              *V = static_cast<const float*>(v.raw_data()), *G = static_cast<const float*>(dout.raw_data()),
+              *L = static_cast<const float*>(lse.raw_data());
+  double* dl = static_cast<double*>(delta.raw_data());
+  float *gq = static_cast<float*>(dq.raw_data()), *gk = static_cast<float*>(dk.raw_data()),
+        *gv = static_cast<float*>(dv.raw_data());
+  const float s = static_cast<float>(scale);
+  for_each_head(n, [&](int64_t h, float* scratch) {
+    const float *qh = Q + h * n.tq * n.d, *kh = K + h * n.tk * n.d, *vh = V + h * n.tk * n.dv, *gh = G + h * n.tq * n.dv;
+    float *dkh = gk + h * n.tk * n.d, *dvh = gv + h * n.tk * n.dv;
+    std::fill(dkh, dkh + n.tk * n.d, 0.0f);
+    std::fill(dvh, dvh + n.tk * n.dv, 0.0f);
+    float* P = scratch;                       // (rows, keys)
+    float* dP = scratch + kBlock * n.tk;      // (rows, keys), then dS in place
+    float* S = scratch + 2 * kBlock * n.tk;   // (rows, keys)
+    for (int64_t i0 = 0; i0 < n.tq; i0 += kBlock) {
+      const int64_t rows = std::min(kBlock, n.tq - i0), keys = b.keys(i0, rows);
+      sgemm(false, true, rows, keys, n.d, s, qh + i0 * n.d, n.d, kh, n.d, 0.0f, S, keys);
+      sgemm(false, true, rows, keys, n.dv, 1.0f, gh + i0 * n.dv, n.dv, vh, n.dv, 0.0f, dP, keys);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r, seen = b.visible(i), row = h * n.tq + i;
+        float *p = P + r * keys, *d = dP + r * keys;
+        // whole vectors past the visible keys too (overwritten with 0 below): no scalar tail
+        exp_shifted_row(S + r * keys, L[row], p, std::min(keys, (seen + 15) / 16 * 16));
+        double delta_i = 0.0;  // sum_j p_ij dP_ij = dout_i . out_i
+        for (int64_t j = 0; j < seen; ++j) delta_i += static_cast<double>(p[j]) * d[j];
+        for (int64_t j = 0; j < seen; ++j) d[j] = static_cast<float>(p[j] * (static_cast<double>(d[j]) - delta_i));
+        std::fill(p + seen, p + keys, 0.0f);
+        std::fill(d + seen, d + keys, 0.0f);
+        dl[row] = delta_i;
+      }
+      sgemm(false, false, rows, n.d, keys, s, dP, keys, kh, n.d, 0.0f, gq + (h * n.tq + i0) * n.d, n.d);  // dq = dS k s
+      sgemm(true, false, keys, n.d, rows, s, dP, keys, qh + i0 * n.d, n.d, 1.0f, dkh, n.d);       // dk += dS^T q s
+      sgemm(true, false, keys, n.dv, rows, 1.0f, P, keys, gh + i0 * n.dv, n.dv, 1.0f, dvh, n.dv);  // dv += P^T dout
+    }
+  });
+}
+
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, Tensor& out,
                        Tensor& lse) {
   if (out.numel() == 0 && lse.numel() == 0) return;
-  dispatch_float("scaled_dot_product_attention", q.dtype(),
-                 [&]<class T>() { forward<T>(q, k, v, causal, scale, out, lse); });
+  dispatch_float("scaled_dot_product_attention", q.dtype(), [&]<class T>() {
+    if constexpr (std::is_same_v<T, float>) forward_f32(q, k, v, causal, scale, out, lse);
+    else forward<T>(q, k, v, causal, scale, out, lse);
+  });
 }
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                         const Tensor& lse, bool causal, double scale, Tensor& delta, Tensor& dq, Tensor& dk,
                         Tensor& dv) {
   dispatch_float("scaled_dot_product_attention_backward", q.dtype(), [&]<class T>() {
-    backward<T>(q, k, v, out, dout, lse, causal, scale, delta, dq, dk, dv);
+    if constexpr (std::is_same_v<T, float>) backward_f32(q, k, v, dout, lse, causal, scale, delta, dq, dk, dv);
+    else backward<T>(q, k, v, out, dout, lse, causal, scale, delta, dq, dk, dv);
   });
 }
 

@@ -25,4 +25,10 @@ void adamw_step(const kernels::AdamWSlot& slot, const AdamWScalars& s);
 // binary's broadcasting path (cpu/strided.cpp), which its flat path hands unequal shapes to
 void binary_walk(Binary op, const Tensor& a, const Tensor& b, Tensor& out);
 
+// cpuperf: the f32 softmax of one row (rows.cpp's, the bits of softmax_rows), with its max and
+// sum of exponentials; and y[j] = expf(x[j] - shift) for j < n through the path's exponentials
+// (the C library's bits). The attention's f32 blocks use them (cpu/attention.cpp).
+void softmax_row_f32(const float* x, float* y, int64_t m, double* top, double* total);
+void exp_shifted_row(const float* x, float shift, float* y, int64_t n);
+
 }  // namespace tapegrad::cpu

@@ -57,4 +57,18 @@ inline int64_t costly_rows_chunk(int64_t n, int64_t row_bytes) {
   return std::max<int64_t>(1, 4096 / std::max<int64_t>(row_bytes, 1));
 }
 
+// cpuperf: a loop that `chunk` would split (chunk < n) as one range per thread instead, where that
+// is the larger chunk. The pool deals chunk c to thread c % threads (Note [intra-op threads]), so
+// with one range each, thread t gets the t-th part of every loop over the same tensor whatever
+// chunk sizes the kernels would pick (rows of a softmax, 16 KiB of elements): a softmax's y, its
+// product with r and the backward's reads stay in the core that wrote them. The split never
+// changes an element's bits (each is computed by one thread either way). The price: a worker that
+// is descheduled in the middle of its range holds the loop up by the rest of that range, not by
+// one chunk.
+inline int64_t range_per_thread(int64_t n, int64_t chunk) {
+  if (chunk >= n) return n;
+  const int64_t threads = num_threads();
+  return std::max(chunk, (n + threads - 1) / threads);
+}
+
 }  // namespace tapegrad::cpu

@@ -7,6 +7,7 @@
 // the bits one thread gives.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include <xtensor/xmath.hpp>
 #include <xtensor/xnoalias.hpp>
@@ -29,7 +30,8 @@ void fill(Tensor& out, double value) {
 void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor) {
   dispatch_float("fill_from_scalar", out.dtype(), [&]<class T>() {
     const double s = static_cast<double>(*static_cast<const T*>(scalar.raw_data()));
-    parallel_for(out.numel(), chunk_for(out.numel(), sizeof(T)), [&](int64_t begin, int64_t end) {
+    parallel_for(out.numel(), range_per_thread(out.numel(), chunk_for(out.numel(), sizeof(T), Work::arithmetic)),
+                 [&](int64_t begin, int64_t end) {
       flat<T>(out, begin, end).fill(static_cast<T>(s / divisor));
     });
   });
@@ -42,7 +44,10 @@ void unary(Unary op, const Tensor& x, Tensor& y) {
       const T* X = static_cast<const T*>(x.raw_data());
       T* Y = static_cast<T*>(y.raw_data());
       const Work work = F::streaming ? Work::streaming : Work::arithmetic;
-      parallel_for(x.numel(), chunk_for(x.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
+      const simd::Kernels& k = simd::active_kernels();  // f32 tanh, sigmoid, silu, gelu_tanh: Note [vector unary math]
+      parallel_for(x.numel(), range_per_thread(x.numel(), chunk_for(x.numel(), sizeof(T), work)), [&](int64_t begin, int64_t end) {
+        if constexpr (std::is_same_v<T, float>)
+          if (k.unary_row(op, X + begin, Y + begin, end - begin)) return;
         for (int64_t i = begin; i < end; ++i) Y[i] = F::forward(X[i]);
       });
     });
@@ -57,28 +62,33 @@ void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy
       const T* dY = static_cast<const T*>(dy.raw_data());
       T* dX = static_cast<T*>(dx.raw_data());
       const Work work = F::streaming ? Work::streaming : Work::arithmetic;
-      parallel_for(x.numel(), chunk_for(x.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
+      const simd::Kernels& k = simd::active_kernels();
+      parallel_for(x.numel(), range_per_thread(x.numel(), chunk_for(x.numel(), sizeof(T), work)), [&](int64_t begin, int64_t end) {
+        if constexpr (std::is_same_v<T, float>)
+          if (k.unary_backward_row(op, X + begin, dY + begin, dX + begin, end - begin)) return;
         for (int64_t i = begin; i < end; ++i) dX[i] = F::backward(X[i], Y[i], dY[i]);
       });
     });
   });
 }
 
-// Equal shapes: add, sub, mul and div as xtensor expressions over flat ranges; anything else (the
+// Equal shapes: add, sub, mul and div as loops over flat ranges; anything else (the
 // other ops, broadcasting) walks (cpu/strided.cpp).
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
   if (!(a.shape() == b.shape()) || op > Binary::div) return binary_walk(op, a, b, out);
   dispatch_float(kernels::binary_name(op), a.dtype(), [&]<class T>() {
-    const Work work = op == Binary::div ? Work::arithmetic : Work::streaming;
-    parallel_for(out.numel(), chunk_for(out.numel(), sizeof(T), work), [&](int64_t begin, int64_t end) {
-      auto A = flat<T>(a, begin, end);
-      auto B = flat<T>(b, begin, end);
-      auto O = flat<T>(out, begin, end);
+    const Work work = Work::arithmetic;  // split from 64 KiB: two cores' caches beat one core's
+    const T* A = static_cast<const T*>(a.raw_data());
+    const T* B = static_cast<const T*>(b.raw_data());
+    T* O = static_cast<T*>(out.raw_data());
+    // plain loops over the range (the compiler vectorizes them; an output aliasing an input is read
+    // before it is written at each index)
+    parallel_for(out.numel(), range_per_thread(out.numel(), chunk_for(out.numel(), sizeof(T), work)), [&](int64_t begin, int64_t end) {
       switch (op) {
-        case Binary::add: xt::noalias(O) = A + B; break;
-        case Binary::sub: xt::noalias(O) = A - B; break;
-        case Binary::mul: xt::noalias(O) = A * B; break;
-        case Binary::div: xt::noalias(O) = A / B; break;
+        case Binary::add: for (int64_t i = begin; i < end; ++i) O[i] = A[i] + B[i]; break;
+        case Binary::sub: for (int64_t i = begin; i < end; ++i) O[i] = A[i] - B[i]; break;
+        case Binary::mul: for (int64_t i = begin; i < end; ++i) O[i] = A[i] * B[i]; break;
+        case Binary::div: for (int64_t i = begin; i < end; ++i) O[i] = A[i] / B[i]; break;
         default: break;
       }
     });

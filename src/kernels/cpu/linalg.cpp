@@ -229,9 +229,48 @@ void sum_rows(const Tensor& x, Tensor& out) {
   });
 }
 
+namespace {
+
+// The double sum of x[0..n) in 16 running sums, element j into sum j % 16, then those 16 left to
+// right: the same additions on every CPU path and thread count (one thread), and no chain of n
+// dependent additions (ops::sum's f32 forward).
+double sum_in_lanes(const float* x, size_t n) {
+  constexpr size_t kLanes = 16;
+  double acc[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t k = 0; k < kLanes; ++k) acc[k] += static_cast<double>(x[i + k]);
+  for (size_t k = 0; i + k < n; ++k) acc[k] += static_cast<double>(x[i + k]);
+  double total = 0.0;
+  for (double a : acc) total += a;
+  return total;
+}
+
+}  // namespace
+
+// f64: exact (row_sum); f32: sum_in_lanes of each block of 2^16 elements (the blocks over the
+// threads, one range of them each; their bounds depend on n alone), the blocks' sums then added in
+// order. (mean_all keeps
+// row_sum's left-to-right f32 order: the losses bob reports go through it.)
 void sum_all(const Tensor& x, Tensor& out) {
   dispatch_float("sum", x.dtype(), [&]<class T>() {
-    *static_cast<T*>(out.raw_data()) = row_sum(static_cast<const T*>(x.raw_data()), static_cast<size_t>(x.numel()), 1);
+    const T* X = static_cast<const T*>(x.raw_data());
+    const int64_t n = x.numel();
+    if constexpr (std::is_same_v<T, float>) {
+      constexpr int64_t kBlock = int64_t{1} << 16;
+      const int64_t blocks = (n + kBlock - 1) / kBlock;
+      std::vector<double> partial(static_cast<size_t>(blocks));
+      parallel_for(blocks, range_per_thread(blocks, 1), [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b)
+          partial[static_cast<size_t>(b)] =
+              sum_in_lanes(X + b * kBlock, static_cast<size_t>(std::min(kBlock, n - b * kBlock)));
+      });
+      double total = 0.0;
+      for (double p : partial) total += p;
+      *static_cast<T*>(out.raw_data()) = static_cast<float>(total);
+    } else {
+      *static_cast<T*>(out.raw_data()) = row_sum(X, static_cast<size_t>(n), 1);
+    }
   });
 }
 

@@ -104,6 +104,16 @@ void softmax_row(const simd::Kernels& vk, const T* x, T* y, int64_t m, double* t
 
 }  // namespace
 
+void softmax_row_f32(const float* x, float* y, int64_t m, double* top, double* total) {
+  softmax_row(simd::active_kernels(), x, y, m, top, total);
+}
+
+void exp_shifted_row(const float* x, float shift, float* y, int64_t n) {
+  const simd::Kernels& vk = simd::active_kernels();
+  int64_t j = vector_expf(vk) ? vk.exp_row(x, shift, y, n, exp_f32) : 0;
+  for (; j < n; ++j) y[j] = exp_f32(x[j] - shift);
+}
+
 void gather_rows(const Tensor& table, const Tensor& ids, Tensor& out) {
   const int64_t rows = table.dim(0), d = table.dim(1), b = ids.numel();
   const size_t row_bytes = static_cast<size_t>(d) * dtype_size(table.dtype());
@@ -191,9 +201,13 @@ void softmax_rows(const Tensor& x, Tensor& y) {
     const T* X = static_cast<const T*>(x.raw_data());
     T* Y = static_cast<T*>(y.raw_data());
     const simd::Kernels& vk = simd::active_kernels();
-    parallel_for(n, costly_rows_chunk(n, m * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
+    parallel_for(n, range_per_thread(n, costly_rows_chunk(n, m * static_cast<int64_t>(sizeof(T)))), [&](int64_t begin, int64_t end) {
       double top, total;
-      for (int64_t i = begin; i < end; ++i) softmax_row(vk, X + i * m, Y + i * m, m, &top, &total);
+      for (int64_t i = begin; i < end; ++i) {
+        if constexpr (std::is_same_v<T, float>)  // Note [vector softmax rows] in simd.hpp
+          if (vk.softmax_row(X + i * m, Y + i * m, m)) continue;
+        softmax_row(vk, X + i * m, Y + i * m, m, &top, &total);
+      }
     });
   });
 }
@@ -204,13 +218,17 @@ void softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
     const T* Y = static_cast<const T*>(y.raw_data());
     const T* dY = static_cast<const T*>(dy.raw_data());
     T* dX = static_cast<T*>(dx.raw_data());
-    parallel_for(n, costly_rows_chunk(n, m * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
-      std::vector<T> prod(static_cast<size_t>(m));
+    const simd::Kernels& vk = simd::active_kernels();
+    parallel_for(n, range_per_thread(n, costly_rows_chunk(n, m * static_cast<int64_t>(sizeof(T)))), [&](int64_t begin, int64_t end) {
+      std::vector<T> prod(std::is_same_v<T, double> ? static_cast<size_t>(m) : 0);
       for (int64_t i = begin; i < end; ++i) {
-        for (int64_t j = 0; j < m; ++j) prod[static_cast<size_t>(j)] = dY[i * m + j] * Y[i * m + j];
         double dot;
-        if constexpr (std::is_same_v<T, double>) dot = exact_sum(prod.data(), prod.size());
-        else { dot = 0.0; for (T p : prod) dot += p; }
+        if constexpr (std::is_same_v<T, double>) {
+          for (int64_t j = 0; j < m; ++j) prod[static_cast<size_t>(j)] = dY[i * m + j] * Y[i * m + j];
+          dot = exact_sum(prod.data(), prod.size());
+        } else {
+          dot = vk.dot_row(dY + i * m, Y + i * m, m);  // f32: the path's double sum of the products
+        }
         for (int64_t j = 0; j < m; ++j) dX[i * m + j] = Y[i * m + j] * (dY[i * m + j] - static_cast<T>(dot));
       }
     });

@@ -41,6 +41,14 @@ const Kernels scalar_kernels = {
       return s;
     },
     [](float*, int64_t, double) -> int64_t { return 0; },
+    [](kernels::Unary, const float*, float*, int64_t) { return false; },
+    [](kernels::Unary, const float*, const float*, float*, int64_t) { return false; },
+    [](const float* a, const float* b, int64_t m) {  // left to right
+      double s = 0.0;
+      for (int64_t j = 0; j < m; ++j) s += a[j] * b[j];
+      return s;
+    },
+    [](const float*, float*, int64_t) { return false; },
 };
 
 // What the CPU has, once. The vector paths need x86-64; an AddressSanitizer build checks the

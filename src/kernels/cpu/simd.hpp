@@ -7,7 +7,11 @@
 // reassociation, no approximate reciprocals), or an order the notes of simd_paths.inc prove
 // gives the same result. Each function handles whole vectors and returns how many elements it
 // did (the caller's reference loop does the rest), or says it could not (false) so that the
-// caller runs its loop.
+// caller runs its loop. The exceptions are the f32 math of ops that no pinned result reads
+// (tanh, sigmoid, silu, gelu_tanh: Note [vector unary math]; ops::softmax's rows: Note [vector
+// softmax rows]; the softmax backward's dot_row): there the paths differ from each other in the
+// last bits (the vector math is the more accurate), and each is deterministic and independent of
+// the thread count.
 //
 // Note [cpu paths]
 // The paths are written once (simd_paths.inc) and compiled twice, for AVX2 with FMA and for
@@ -16,7 +20,8 @@
 // avx512 forces one (an error when the CPU lacks it), unset takes the best the CPU has.
 // set_path changes it at run time (tests, benchmarks). The scalar path runs the reference
 // loops alone, as every path does in an AddressSanitizer build or on a CPU other than x86-64.
-// Since every path gives the same bits, the choice changes only the time a kernel takes.
+// Outside those exceptions every path gives the same bits, so the choice changes only the time a
+// kernel takes.
 #pragma once
 
 #include <cmath>
@@ -66,7 +71,51 @@ struct Kernels {
   double (*sum_blocks)(const float* y, int64_t m);
   // y[j] = (float)(y[j] / total) (Note [division by the total]).
   int64_t (*divide_row)(float* y, int64_t m, double total);
+  // y[j] = op(x[j]) for every j < n, the tail included, when vector_unary(op) and the path is a
+  // vector one; else false (Note [vector unary math]).
+  bool (*unary_row)(kernels::Unary op, const float* x, float* y, int64_t n);
+  // dx[j] = dy[j] * op'(x[j]) likewise, when vector_unary_backward(op).
+  bool (*unary_backward_row)(kernels::Unary op, const float* x, const float* dy, float* dx, int64_t n);
+  // The double sum of the float products a[j] * b[j], j < m (the softmax backward's sum(dy * y)):
+  // left to right on the scalar path; the vector paths keep 8 vectors of kD partial sums (simd_paths.inc) and
+  // add them up at the end, so AVX2 and AVX-512 (and the scalar loop) differ in the last bits. Each
+  // row is one call on one thread: the bits do not depend on the thread count.
+  double (*dot_row)(const float* a, const float* b, int64_t m);
+  // y = softmax(x[0..m)) by Note [vector softmax rows], or false (a NaN or infinite max, a row
+  // shorter than a vector, the scalar path) for the reference row.
+  bool (*softmax_row)(const float* x, float* y, int64_t m);
 };
+
+// Note [vector softmax rows]
+// ops::softmax's f32 rows on a vector path (not bob's cross-entropy rows, which keep the C
+// library's expf bits, Note [vectorized expf]): the max, then e_j = exp(x_j - max) in double lanes
+// (exp_lanes; x_j - max taken as -150 where it is below, a float 0 once scaled), summed in kD
+// running sums and stored as floats, then each multiplied in double by 1/sum and rounded once.
+// Within 2 ulps of the double softmax (tests/kernels/test_vector_math.cpp); the sums' lanes make
+// AVX2 and AVX-512 differ in the last bits. A row is one call on one thread, so the thread count
+// does not enter.
+
+// Note [vector unary math]
+// The scalar path computes tanh, sigmoid, silu and gelu_tanh in f32 through the C library's
+// tanhf and expf, one element at a time. The vector paths compute each element in double lanes
+// from exp_lanes (glibc's expf steps without the final rounding, simd_paths.inc) and round once
+// to float: sigmoid as 1/(1 + e) or e/(1 + e) with e = exp(-|x|), gelu_tanh as x sigmoid(2u)
+// (the same function as x/2 (1 + tanh u)), tanh by a Taylor polynomial below 1/4 and (1 - e)/(1 + e)
+// with e = exp(-2|x|) above. So the paths differ from each other: the vector results are within
+// one ulp of the correctly rounded value (tests/kernels/test_vector_math.cpp measures it against
+// the double functions over many inputs, and against libm's f32 functions), while the f32
+// formulas of the scalar path lose more where they cancel (gelu_tanh and silu for negative x).
+// AVX2 and AVX-512 do the same double operations per lane (FMA in both), so they agree with each
+// other bit for bit. On each path every element goes through the same code whatever the thread
+// split (a short tail runs as a zero-padded vector), so the bits do not depend on the thread count.
+// The backward rules of tanh and sigmoid read y only (no exp) and stay the scalar loops.
+constexpr bool vector_unary(kernels::Unary op) {
+  return op == kernels::Unary::tanh || op == kernels::Unary::sigmoid || op == kernels::Unary::silu ||
+         op == kernels::Unary::gelu_tanh;
+}
+constexpr bool vector_unary_backward(kernels::Unary op) {
+  return op == kernels::Unary::silu || op == kernels::Unary::gelu_tanh;
+}
 
 const Kernels& kernels_of(Path p);  // p's kernels (the scalar ones where p is not built)
 inline const Kernels& active_kernels() { return kernels_of(active()); }

@@ -100,6 +100,8 @@ TG_TARGET inline bool any(DMask a) { return _mm256_movemask_pd(a) != 0; }
 TG_TARGET inline unsigned lane_bits(DMask a) { return static_cast<unsigned>(_mm256_movemask_pd(a)); }
 TG_TARGET inline D select(DMask m, D a, D b) { return _mm256_blendv_pd(b, a, m); }
 TG_TARGET inline D add_where(DMask m, D a, D b) { return select(m, add(a, b), a); }
+TG_TARGET inline D min(D a, D b) { return _mm256_min_pd(a, b); }  // b where either is NaN
+TG_TARGET inline D max(D a, D b) { return _mm256_max_pd(a, b); }  // b where either is NaN
 TG_TARGET inline D min_where(DMask m, D a, D b) { return select(m, _mm256_min_pd(a, b), a); }
 
 // 64-bit integers, 4 lanes
@@ -108,6 +110,7 @@ TG_TARGET inline I as_int(D a) { return _mm256_castpd_si256(a); }
 TG_TARGET inline D as_double(I a) { return _mm256_castsi256_pd(a); }
 TG_TARGET inline I bits_and(I a, I b) { return _mm256_and_si256(a, b); }
 TG_TARGET inline I add(I a, I b) { return _mm256_add_epi64(a, b); }
+TG_TARGET inline I bits_or(I a, I b) { return _mm256_or_si256(a, b); }
 TG_TARGET inline I shift_left_47(I a) { return _mm256_slli_epi64(a, 47); }
 TG_TARGET inline DMask far_from(I x, int64_t center, int64_t distance) {  // x > c + d or x < c - d
   return _mm256_castsi256_pd(_mm256_or_si256(_mm256_cmpgt_epi64(x, seti(center + distance)),

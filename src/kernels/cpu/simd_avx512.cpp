@@ -101,6 +101,8 @@ TG_TARGET inline unsigned lane_bits(DMask a) { return a; }
 TG_TARGET inline D add_where(DMask m, D a, D b) { return _mm512_mask_add_pd(a, m, a, b); }
 TG_TARGET inline D min_where(DMask m, D a, D b) { return _mm512_mask_min_pd(a, m, a, b); }
 TG_TARGET inline D select(DMask m, D a, D b) { return _mm512_mask_blend_pd(m, b, a); }
+TG_TARGET inline D min(D a, D b) { return _mm512_min_pd(a, b); }  // b where either is NaN
+TG_TARGET inline D max(D a, D b) { return _mm512_max_pd(a, b); }  // b where either is NaN
 
 // 64-bit integers, 8 lanes
 TG_TARGET inline I seti(int64_t x) { return _mm512_set1_epi64(x); }
@@ -108,6 +110,7 @@ TG_TARGET inline I as_int(D a) { return _mm512_castpd_si512(a); }
 TG_TARGET inline D as_double(I a) { return _mm512_castsi512_pd(a); }
 TG_TARGET inline I bits_and(I a, I b) { return _mm512_and_si512(a, b); }
 TG_TARGET inline I add(I a, I b) { return _mm512_add_epi64(a, b); }
+TG_TARGET inline I bits_or(I a, I b) { return _mm512_or_si512(a, b); }
 TG_TARGET inline I shift_left_47(I a) { return _mm512_slli_epi64(a, 47); }
 TG_TARGET inline DMask far_from(I x, int64_t center, int64_t distance) {
   return _mm512_cmp_epi64_mask(_mm512_abs_epi64(_mm512_sub_epi64(x, seti(center))), seti(distance), _MM_CMPINT_GT);

@@ -65,7 +65,7 @@ void binary_walk(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
       const T* A = static_cast<const T*>(a.raw_data());
       const T* B = static_cast<const T*>(b.raw_data());
       T* O = static_cast<T*>(out.raw_data());
-      parallel_for(w.numel, walk_chunk(w, sizeof(T), Work::arithmetic), [&](int64_t begin, int64_t end) {
+      parallel_for(w.numel, range_per_thread(w.numel, walk_chunk(w, sizeof(T), Work::arithmetic)), [&](int64_t begin, int64_t end) {
         for_each_run(w, begin, end, [&](const int64_t* off, int64_t n, const int64_t* s) {
           T* o = O + off[0];
           const T* x = A + off[1];
@@ -90,14 +90,28 @@ void binary_backward(Binary op, int k, const Tensor& a, const Tensor& b, const T
       const T* Y = static_cast<const T*>(y.raw_data());
       const T* dY = static_cast<const T*>(dy.raw_data());
       T* D = static_cast<T*>(d.raw_data());  // dy's shape, contiguous: element i at i
-      parallel_for(w.numel, walk_chunk(w, sizeof(T), Work::arithmetic), [&](int64_t begin, int64_t end) {
+      // One run: operand strides SA and SB known (0 or 1) or read from s (-1); y and dy in steps of s.
+      auto run = [&]<int K, int SA, int SB>(const int64_t* off, int64_t n, const int64_t* s, T* o) {
+        const T *x = A + off[0], *z = B + off[1], *r = Y + off[2], *g = dY + off[3];
+        const int64_t sa = SA < 0 ? s[0] : SA, sb = SB < 0 ? s[1] : SB, sy = SA < 0 ? s[2] : 1, sg = SA < 0 ? s[3] : 1;
+        for (int64_t j = 0; j < n; ++j) {
+          const T xa = x[j * sa], zb = z[j * sb], ry = r[j * sy], gd = g[j * sg];
+          o[j] = K == 0 ? F::da(xa, zb, ry, gd) : F::db(xa, zb, ry, gd);
+        }
+      };
+      auto runs = [&]<int K>(int64_t begin, int64_t end) {
         int64_t i = begin;
         for_each_run(w, begin, end, [&](const int64_t* off, int64_t n, const int64_t* s) {
-          for (int64_t j = 0; j < n; ++j, ++i) {
-            const T x = A[off[0] + j * s[0]], z = B[off[1] + j * s[1]], r = Y[off[2] + j * s[2]], g = dY[off[3] + j * s[3]];
-            D[i] = k == 0 ? F::da(x, z, r, g) : F::db(x, z, r, g);
-          }
+          if (s[2] == 1 && s[3] == 1 && s[0] == 1 && s[1] == 1) run.template operator()<K, 1, 1>(off, n, s, D + i);
+          else if (s[2] == 1 && s[3] == 1 && s[0] == 1 && s[1] == 0) run.template operator()<K, 1, 0>(off, n, s, D + i);
+          else if (s[2] == 1 && s[3] == 1 && s[0] == 0 && s[1] == 1) run.template operator()<K, 0, 1>(off, n, s, D + i);
+          else run.template operator()<K, -1, -1>(off, n, s, D + i);
+          i += n;
         });
+      };
+      parallel_for(w.numel, range_per_thread(w.numel, walk_chunk(w, sizeof(T), Work::arithmetic)), [&](int64_t begin, int64_t end) {
+        if (k == 0) runs.template operator()<0>(begin, end);
+        else runs.template operator()<1>(begin, end);
       });
     });
   });
@@ -172,13 +186,23 @@ void reduce(Reduce op, const Tensor& x, const Shape& kept, Tensor& out) {
     auto finish = [&](double acc) { return static_cast<T>(op == Reduce::mean ? acc / static_cast<double>(count) : acc); };
     const int64_t m = r.outer.numel;
     const bool rows = r.inner.ndim == 1 && r.outer.ndim == 1 && r.outer.stride[1][0] == 1 && r.inner.stride[0][0] == m;
-    if (rows) {  // x (count, m) -> (m,)
-      parallel_for(m, chunk_for(m, count * static_cast<int64_t>(sizeof(T)), Work::arithmetic),
+    if (rows) {  // x (count, m) -> (m,), in bands of at least 128 columns (whole cache lines of each row)
+      const int64_t band = chunk_for(m, count * static_cast<int64_t>(sizeof(T)), Work::arithmetic) < m ? 128 : m;
+      parallel_for(m, band,
                    [&](int64_t begin, int64_t end) {
                      std::vector<double> acc(static_cast<size_t>(end - begin), init);
-                     for (int64_t i = 0; i < count; ++i) {
-                       const T* row = X + i * m + begin;
-                       for (int64_t j = 0; j < end - begin; ++j) acc[static_cast<size_t>(j)] = step(acc[static_cast<size_t>(j)], row[j]);
+                     double* __restrict a = acc.data();
+                     const int64_t width = end - begin;
+                     if (op == Reduce::sum || op == Reduce::mean) {  // the same additions, in a loop the compiler vectorizes
+                       for (int64_t i = 0; i < count; ++i) {
+                         const T* __restrict row = X + i * m + begin;
+                         for (int64_t j = 0; j < width; ++j) a[j] += static_cast<double>(row[j]);
+                       }
+                     } else {
+                       for (int64_t i = 0; i < count; ++i) {
+                         const T* row = X + i * m + begin;
+                         for (int64_t j = 0; j < width; ++j) a[j] = step(a[j], row[j]);
+                       }
                      }
                      for (int64_t j = begin; j < end; ++j) O[j] = finish(acc[static_cast<size_t>(j - begin)]);
                    });
