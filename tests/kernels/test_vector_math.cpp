@@ -1,6 +1,7 @@
-// The vector paths' f32 tanh, sigmoid, silu and gelu_tanh (Note [vector unary math] in
+// The vector paths' f32 tanh, sigmoid, silu, gelu_tanh and gelu (erf) (Note [vector unary math] in
 // src/kernels/cpu/simd.hpp): within one ulp of the function computed in double and rounded to
-// float, over every 251st float bit pattern of [-30, 30] and the special values; within 2 ulps of
+// float, over every 251st float bit pattern of [-30, 30] and the special values (gelu and gelu' also
+// over a dense sweep of [-20, 20] and random floats, on each path by its [avx2] or [avx512] tag); within 2 ulps of
 // glibc's tanhf; AVX2 and AVX-512 bit for bit alike; every element's bits independent of where its
 // row starts or ends (the thread split). And ops::softmax's vector rows (Note [vector softmax rows])
 // within 2 ulps of the double softmax.
@@ -45,6 +46,7 @@ double reference(Unary op, double x) {
     case Unary::tanh: return std::tanh(x);
     case Unary::sigmoid: return sigmoid(x);
     case Unary::silu: return x * sigmoid(x);
+    case Unary::gelu_erf: return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
     default: return x * sigmoid(2 * kC * (x + kA * x * x * x));
   }
 }
@@ -53,6 +55,8 @@ double reference_backward(Unary op, double x, double dy) {
     const double s = sigmoid(x);
     return dy * s * (1 + x * (1 - s));
   }
+  if (op == Unary::gelu_erf)
+    return dy * (0.5 * std::erfc(-x / std::sqrt(2.0)) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI));
   const double u = kC * (x + kA * x * x * x), t = std::tanh(u);
   return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kC * (1 + 3 * kA * x * x));
 }
@@ -71,8 +75,8 @@ std::vector<float> inputs() {
   return x;
 }
 
-constexpr Unary kOps[] = {Unary::tanh, Unary::sigmoid, Unary::silu, Unary::gelu_tanh};
-constexpr Unary kBackward[] = {Unary::silu, Unary::gelu_tanh};
+constexpr Unary kOps[] = {Unary::tanh, Unary::sigmoid, Unary::silu, Unary::gelu_tanh, Unary::gelu_erf};
+constexpr Unary kBackward[] = {Unary::silu, Unary::gelu_tanh, Unary::gelu_erf};
 
 std::vector<simd::Path> vector_paths() {
   std::vector<simd::Path> out;
@@ -169,6 +173,118 @@ TEST_CASE("the vector paths agree bit for bit, and an element's bits do not depe
     }
     for (size_t p = 1; p < paths.size(); ++p) CHECK(std::memcmp(y[p].data(), y[0].data(), x.size() * sizeof(float)) == 0);
   }
+}
+
+// ---- gelu (erf), on each vector path by its tag: a dense sweep, random floats, the specials
+
+namespace {
+
+// Every multiple of 2^-12 in [-20, 20] (the underflow near -14.4 and the subnormal results below
+// -13.1 included), then 2^18 random finite floats of every magnitude.
+std::vector<float> gelu_inputs() {
+  std::vector<float> x;
+  for (int i = -20 * 4096; i <= 20 * 4096; ++i) x.push_back(static_cast<float>(std::ldexp(i, -12)));
+  std::mt19937 rng(2024);
+  while (x.size() < (size_t{1} << 18) + 163841) {
+    const float v = std::bit_cast<float>(static_cast<uint32_t>(rng()));
+    if (std::isfinite(v)) x.push_back(v);
+  }
+  return x;
+}
+
+void check_gelu_erf(simd::Path p) {
+  const simd::Kernels& k = simd::kernels_of(p);
+  const std::vector<float> x = gelu_inputs();
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> y(x.size()), dy(x.size(), 1.0f), dx(x.size());
+  REQUIRE(k.unary_row(Unary::gelu_erf, x.data(), y.data(), n));
+  REQUIRE(k.unary_backward_row(Unary::gelu_erf, x.data(), dy.data(), dx.data(), n));
+  int64_t worst = 0;
+  float worst_x = 0;
+  size_t bad = 0;
+  float bad_x = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    const float want = static_cast<float>(0.5 * v * std::erfc(-v / std::sqrt(2.0)));
+    const int64_t d = ulps(y[i], want);
+    if (d > worst) worst = d, worst_x = x[i];
+    const double slope = 0.5 * std::erfc(-v / std::sqrt(2.0)) + v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI);
+    if (!std::isfinite(slope)) continue;  // x * exp(-x^2/2) = inf * 0 for |x| near the float limit
+    // one ulp of the rounded derivative, or 2^-36 absolute where it crosses zero (x = -0.7518)
+    if (ulps(dx[i], static_cast<float>(slope)) > 1 && !(std::fabs(dx[i] - slope) <= 0x1p-36)) ++bad, bad_x = x[i];
+  }
+  CAPTURE(worst_x);
+  CAPTURE(bad_x);
+  CHECK(worst <= 1);
+  CHECK(bad == 0);
+
+  // NaN stays NaN; gelu(+inf) = +inf, gelu'(+inf) = 1; gelu(-inf) = -0, gelu'(-inf) = 0; -0 -> -0,
+  // gelu'(0) = 1/2; below -14.85 (the clamp) -0 and 0; above it x and 1.
+  const float special[] = {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY, -0.0f, 0.0f, -14.9f,
+                           -1e30f, 14.9f, 1e30f, -std::numeric_limits<float>::max()};
+  constexpr int m = 10;
+  const float ones[m] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  float out[m], slope[m];
+  REQUIRE(k.unary_row(Unary::gelu_erf, special, out, m));
+  REQUIRE(k.unary_backward_row(Unary::gelu_erf, special, ones, slope, m));
+  CHECK(std::isnan(out[0]));
+  CHECK(std::isnan(slope[0]));
+  CHECK(out[1] == INFINITY);
+  CHECK(slope[1] == 1.0f);
+  CHECK(std::bit_cast<uint32_t>(out[2]) == std::bit_cast<uint32_t>(-0.0f));
+  CHECK(std::bit_cast<uint32_t>(slope[2]) == 0u);
+  CHECK(std::bit_cast<uint32_t>(out[3]) == std::bit_cast<uint32_t>(-0.0f));
+  CHECK(slope[3] == 0.5f);
+  CHECK(std::bit_cast<uint32_t>(out[4]) == 0u);
+  CHECK(slope[4] == 0.5f);
+  for (int i : {5, 6, 9}) {
+    CHECK(std::bit_cast<uint32_t>(out[i]) == std::bit_cast<uint32_t>(-0.0f));
+    CHECK(std::bit_cast<uint32_t>(slope[i]) == 0u);
+  }
+  for (int i : {7, 8}) {
+    CHECK(out[i] == special[i]);
+    CHECK(slope[i] == 1.0f);
+  }
+  // known values: torch.nn.functional.gelu in f64 (PyTorch 1.13), rounded to float
+  const float at[] = {-3.0f, -0.75f, 0.5f, 2.0f};
+  const double gelu_at[] = {-0.00404969409489031, -0.16997051428265111, 0.34573123063700656, 1.9544997361036416};
+  float got[4];
+  REQUIRE(k.unary_row(Unary::gelu_erf, at, got, 4));
+  for (int i = 0; i < 4; ++i) CHECK(got[i] == static_cast<float>(gelu_at[i]));
+}
+
+}  // namespace
+
+TEST_CASE("[avx2] gelu (erf) and its derivative within 1 ulp over [-20, 20], random floats and the specials") {
+  check_gelu_erf(simd::Path::avx2);
+}
+
+TEST_CASE("[avx512] gelu (erf) and its derivative within 1 ulp over [-20, 20], random floats and the specials") {
+  check_gelu_erf(simd::Path::avx512);
+}
+
+TEST_CASE("[avx2] [avx512] gelu (erf) and its derivative: AVX2 and AVX-512 bit for bit alike, in rows of any bounds") {
+  const std::vector<float> x = gelu_inputs();
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> dy(x.size());
+  for (size_t i = 0; i < x.size(); ++i) dy[i] = 0.5f + static_cast<float>(i % 7) * 0.25f;
+  std::vector<float> y[2], dx[2];
+  int which = 0;
+  for (simd::Path p : {simd::Path::avx2, simd::Path::avx512}) {
+    const simd::Kernels& k = simd::kernels_of(p);
+    y[which].resize(x.size());
+    dx[which].resize(x.size());
+    REQUIRE(k.unary_row(Unary::gelu_erf, x.data(), y[which].data(), n));
+    REQUIRE(k.unary_backward_row(Unary::gelu_erf, x.data(), dy.data(), dx[which].data(), n));
+    std::vector<float> pieces(x.size());  // the backward in pieces of 1 to 23
+    for (int64_t i = 0, len = 1; i < n; i += len, len = len % 23 + 1)
+      REQUIRE(k.unary_backward_row(Unary::gelu_erf, x.data() + i, dy.data() + i, pieces.data() + i,
+                                   std::min(len, n - i)));
+    CHECK(std::memcmp(pieces.data(), dx[which].data(), x.size() * sizeof(float)) == 0);
+    ++which;
+  }
+  CHECK(std::memcmp(y[0].data(), y[1].data(), x.size() * sizeof(float)) == 0);
+  CHECK(std::memcmp(dx[0].data(), dx[1].data(), x.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("the scalar path leaves every element to the reference loop") {

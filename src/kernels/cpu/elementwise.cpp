@@ -44,7 +44,7 @@ void unary(Unary op, const Tensor& x, Tensor& y) {
       const T* X = static_cast<const T*>(x.raw_data());
       T* Y = static_cast<T*>(y.raw_data());
       const Work work = F::streaming ? Work::streaming : Work::arithmetic;
-      const simd::Kernels& k = simd::active_kernels();  // f32 tanh, sigmoid, silu, gelu_tanh: Note [vector unary math]
+      const simd::Kernels& k = simd::active_kernels();  // f32 tanh ... gelu: Note [vector unary math]
       parallel_for(x.numel(), range_per_thread(x.numel(), chunk_for(x.numel(), sizeof(T), work)), [&](int64_t begin, int64_t end) {
         if constexpr (std::is_same_v<T, float>)
           if (k.unary_row(op, X + begin, Y + begin, end - begin)) return;

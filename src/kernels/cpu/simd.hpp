@@ -8,7 +8,7 @@
 // gives the same result. Each function handles whole vectors and returns how many elements it
 // did (the caller's reference loop does the rest), or says it could not (false) so that the
 // caller runs its loop. The exceptions are the f32 math of ops that no pinned result reads
-// (tanh, sigmoid, silu, gelu_tanh: Note [vector unary math]; ops::softmax's rows: Note [vector
+// (tanh, sigmoid, silu, gelu_tanh, gelu: Note [vector unary math]; ops::softmax's rows: Note [vector
 // softmax rows]; the softmax backward's dot_row): there the paths differ from each other in the
 // last bits (the vector math is the more accurate), and each is deterministic and independent of
 // the thread count.
@@ -96,25 +96,33 @@ struct Kernels {
 // does not enter.
 
 // Note [vector unary math]
-// The scalar path computes tanh, sigmoid, silu and gelu_tanh in f32 through the C library's
-// tanhf and expf, one element at a time. The vector paths compute each element in double lanes
-// from exp_lanes (glibc's expf steps without the final rounding, simd_paths.inc) and round once
-// to float: sigmoid as 1/(1 + e) or e/(1 + e) with e = exp(-|x|), gelu_tanh as x sigmoid(2u)
-// (the same function as x/2 (1 + tanh u)), tanh by a Taylor polynomial below 1/4 and (1 - e)/(1 + e)
-// with e = exp(-2|x|) above. So the paths differ from each other: the vector results are within
-// one ulp of the correctly rounded value (tests/kernels/test_vector_math.cpp measures it against
-// the double functions over many inputs, and against libm's f32 functions), while the f32
-// formulas of the scalar path lose more where they cancel (gelu_tanh and silu for negative x).
+// The scalar path computes tanh, sigmoid, silu, gelu_tanh and gelu (erf) in f32 through the C
+// library's tanhf, expf and erff, one element at a time. The vector paths compute each element in
+// double lanes from exp_lanes (glibc's expf steps without the final rounding, simd_paths.inc) and
+// round once to float: sigmoid as 1/(1 + e) or e/(1 + e) with e = exp(-|x|), gelu_tanh as
+// x sigmoid(2u) (the same function as x/2 (1 + tanh u)), tanh by a Taylor polynomial below 1/4 and
+// (1 - e)/(1 + e) with e = exp(-2|x|) above. gelu (erf) is x Phi(x) with Phi(x) = erfc(a)/2 for
+// x < 0 and 1 - erfc(a)/2 for x >= 0, a = |x|/sqrt(2), and erfc(a) = exp(-a^2) f(a), f a degree-16
+// polynomial in Schonfelder's variable (a - 4)/(a + 4) fitted offline (tests/fixtures/
+// gen_gelu_erfc.py, relative error below 3e-14 for a in [0, 10.5]); its derivative Phi(x) + x phi(x)
+// shares exp(-a^2) = sqrt(2 pi) phi(x) and factors it out of the two terms that cancel near
+// x = -0.75. Past a = 10.5 (x < -14.85) gelu gives -0 and gelu' 0 (the rounded values from
+// x = -14.36 on), past x = 14.85 x and 1; so -inf gives -0 and 0, +inf gives +inf and 1, NaN stays
+// NaN (the scalar formula's gelu'(-inf) is -inf * 0 = NaN).
+// So the paths differ from each other: the vector results are within one ulp of the correctly
+// rounded value (tests/kernels/test_vector_math.cpp measures it against the double functions over
+// many inputs, and against libm's f32 functions), while the f32 formulas of the scalar path lose
+// more where they cancel (gelu_tanh, silu and gelu for negative x).
 // AVX2 and AVX-512 do the same double operations per lane (FMA in both), so they agree with each
 // other bit for bit. On each path every element goes through the same code whatever the thread
 // split (a short tail runs as a zero-padded vector), so the bits do not depend on the thread count.
 // The backward rules of tanh and sigmoid read y only (no exp) and stay the scalar loops.
 constexpr bool vector_unary(kernels::Unary op) {
   return op == kernels::Unary::tanh || op == kernels::Unary::sigmoid || op == kernels::Unary::silu ||
-         op == kernels::Unary::gelu_tanh;
+         op == kernels::Unary::gelu_tanh || op == kernels::Unary::gelu_erf;
 }
 constexpr bool vector_unary_backward(kernels::Unary op) {
-  return op == kernels::Unary::silu || op == kernels::Unary::gelu_tanh;
+  return op == kernels::Unary::silu || op == kernels::Unary::gelu_tanh || op == kernels::Unary::gelu_erf;
 }
 
 const Kernels& kernels_of(Path p);  // p's kernels (the scalar ones where p is not built)
