@@ -78,8 +78,11 @@ refused "need --checkpoint" train --resume
 refused "more than the 2 layers" train --value-embeds 3
 refused "is not in" sample --checkpoint "$W/a.ckpt" --prompt "Zq~"
 refused "must be a positive finite number" sample --checkpoint "$W/a.ckpt" --temperature 0
+refused "is not a gpt log" train --steps 70 --checkpoint "$W/a.ckpt" --resume --log "$W/short.txt"
+refused "the checkpoint's settings lack layers" sample --checkpoint "$(dirname "$0")/../fixtures/nn/small.sd"
 [[ ! -e $W/none.ckpt ]] || fail "a refused run wrote a checkpoint"
-echo "refusals: 16, each exit 2 with its message, the checkpoint unchanged"
+[[ $(cat "$W/short.txt") == "too short" ]] || fail "a refused resume rewrote the log it refused"
+echo "refusals: 18, each exit 2 with its message, the checkpoint unchanged"
 
 "$GPT" > "$W/default.log"
 grep -q '^step 200 loss' "$W/default.log" && grep -q '^sample: ' "$W/default.log" \

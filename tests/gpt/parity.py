@@ -18,10 +18,8 @@ Prints one line per check and the worst of each kind; exits 0 when all pass, 1 o
 --bench-steps N also times N more steps of PyTorch eager on random batches (median ms per step).
 """
 import argparse
-import json
-import math
+import os
 import statistics
-import struct
 import sys
 import time
 
@@ -29,67 +27,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64, "U8": np.uint8}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = info["data_offsets"]
-        out[name] = np.frombuffer(blob[8 + n + a:8 + n + b], dtype=DTYPES[info["dtype"]]).reshape(info["shape"])
-    return out
-
-
-def layer_norm(C):
-    """LayerNorm without a bias (torch 1.13's has no bias=False: its bias stays 0, untrained)."""
-    ln = torch.nn.LayerNorm(C)
-    ln.bias.requires_grad_(False)
-    return ln
-
-
-class Block(torch.nn.Module):
-    def __init__(self, C, H):
-        super().__init__()
-        self.H = H
-        self.ln_1 = layer_norm(C)
-        self.attn = torch.nn.Module()
-        self.attn.c_attn = torch.nn.Linear(C, 3 * C, bias=False)
-        self.attn.c_proj = torch.nn.Linear(C, C, bias=False)
-        self.ln_2 = layer_norm(C)
-        self.mlp = torch.nn.Module()
-        self.mlp.c_fc = torch.nn.Linear(C, 4 * C, bias=False)
-        self.mlp.c_proj = torch.nn.Linear(4 * C, C, bias=False)
-
-    def attention(self, x):
-        B, T, C = x.shape
-        q, k, v = self.attn.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
-        if hasattr(F, "scaled_dot_product_attention"):
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:  # torch 1.13: the same product, written out
-            s = (q @ k.transpose(-2, -1)) / math.sqrt(k.shape[-1])
-            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            y = s.masked_fill(~mask, float("-inf")).softmax(-1) @ v
-        return self.attn.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
-
-    def forward(self, x):
-        x = x + self.attention(self.ln_1(x))
-        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "nn"))
+from torch_layers import Block, layer_norm, read_safetensors  # noqa: E402
 
 
 class GPT(torch.nn.Module):
+    """model.hpp's GPT: nanoGPT's with bias=False (tests/nn/torch_layers.py's blocks), the head tied to wte."""
+
     def __init__(self, V, L, H, C, T):
         super().__init__()
         self.wte = torch.nn.Embedding(V, C)
         self.wpe = torch.nn.Embedding(T, C)
-        self.h = torch.nn.ModuleList([Block(C, H) for _ in range(L)])
-        self.ln_f = layer_norm(C)
+        self.h = torch.nn.ModuleList([Block(C, H, bias=False) for _ in range(L)])
+        self.ln_f = layer_norm(C, bias=False)
 
     def forward(self, ids):
         T = ids.shape[1]

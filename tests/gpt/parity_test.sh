@@ -5,17 +5,8 @@
 #   parity_test.sh GPT PARITY.PY WORKDIR
 set -uo pipefail
 gpt=$1 parity=$2 work=$3
-python=
-for p in /usr/bin/python3 python3; do
-  if command -v "$p" > /dev/null 2>&1 && "$p" -c 'import torch' > /dev/null 2>&1; then
-    python=$p
-    break
-  fi
-done
-if [[ -z $python ]]; then
-  echo "SKIP: gpt parity: python3-torch is not installed (apt-get install python3-torch)"
-  exit 77
-fi
+source "$(dirname "$0")/../skips.sh"
+need_torch "gpt parity"  # sets $python
 "$gpt" train --steps 100 --trace "$work/parity_f32.safetensors" > "$work/parity_f32.log" || exit 1
 "$python" "$parity" "$work/parity_f32.safetensors" || exit 1
 "$gpt" train --steps 10 --dtype f64 --trace "$work/parity_f64.safetensors" > "$work/parity_f64.log" || exit 1

@@ -5,19 +5,8 @@
 #   plot_test.sh GPT PLOT_TEST.MJS WORKDIR
 set -u
 gpt=$1 script=$2 work=$3
-browser=$(cd "$(dirname "$0")/../tape/browser" && pwd)
-if [[ ! -x /usr/bin/chromium ]]; then
-  echo "SKIP: /usr/bin/chromium is missing (apt-get install chromium), so the plot is not loaded"
-  exit 77
-fi
-if ! command -v node > /dev/null; then
-  echo "SKIP: node is missing (apt-get install npm), so the plot is not loaded"
-  exit 77
-fi
-if [[ ! -d $browser/node_modules/playwright-core ]]; then
-  echo "SKIP: playwright-core is not installed (cd tests/tape/browser && npm ci), so the plot is not loaded"
-  exit 77
-fi
+source "$(dirname "$0")/../skips.sh"
+need_browser "the plot"  # sets $browser_modules
 rm -f "$work/plot.csv" "$work/plot.svg"
 "$gpt" train --steps 60 --log "$work/plot.csv" > "$work/plot.log" || exit 1
-exec node "$script" "$browser/node_modules/playwright-core" "$work/plot.svg" "$work/plot.csv" "$work/plot.png"
+exec node "$script" "$browser_modules/playwright-core" "$work/plot.svg" "$work/plot.csv" "$work/plot.png"

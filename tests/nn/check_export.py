@@ -3,31 +3,14 @@
 # parameters into tests/nn/torch_layers.py's TinyGPT by name (strict: every key present, none
 # extra), runs the same batch, and compares logits, loss and every gradient with tapegrad's:
 # within 1e-10 relative in f64 and 1e-5 in f32 (relative to each tensor's largest value).
-import json
 import os
-import struct
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_layers import TinyGPT  # noqa: E402
-
-
-def read_safetensors(path):
-    raw = open(path, 'rb').read()
-    (n,) = struct.unpack('<Q', raw[:8])
-    header = json.loads(raw[8:8 + n])
-    types = {'F64': np.float64, 'F32': np.float32, 'I64': np.int64, 'I32': np.int32, 'U8': np.uint8, 'F16': np.float16}
-    out = {}
-    for name, entry in header.items():
-        if name == '__metadata__':
-            continue
-        begin, end = entry['data_offsets']
-        out[name] = np.frombuffer(raw[8 + n + begin:8 + n + end], dtype=types[entry['dtype']]).reshape(entry['shape'])
-    return out
+from torch_layers import TinyGPT, read_safetensors  # noqa: E402
 
 
 tensors = read_safetensors(sys.argv[1])

@@ -1,5 +1,5 @@
 // Tests for the optimizers' named state (src/optim/state.*, AdamW and SGD state_tensors and
-// load_state): a save and load resumes a run bit for bit, and every refusal names the tensor and
+// load_state; SparseAdamW's): a save and load resumes a run bit for bit, and every refusal names the tensor and
 // leaves the optimizer as it was.
 #include <doctest/doctest.h>
 
@@ -11,6 +11,7 @@
 #include "messages.hpp"
 #include "tapegrad/optim/adamw.hpp"
 #include "tapegrad/optim/sgd.hpp"
+#include "tapegrad/optim/sparse.hpp"
 
 using namespace tapegrad;
 using testing::give_gradients;
@@ -193,4 +194,49 @@ TEST_CASE("load_state refuses a missing, extra, doubled or mis-shaped tensor by 
   CHECK(message_of([&] { sgd.load_state(sgd_state); }) ==
         "[sgd] load_state: 'sgd.group.0.nesterov' is 0.5; it is 0 or 1");
   CHECK_FALSE(sgd.momentum_buffer(0).defined());
+}
+
+// SparseAdamW's state (src/optim/sparse.hpp): its step and moments back bit for bit after some
+// updates, so the next update gives the same table; every refusal by name, nothing changed.
+TEST_CASE("SparseAdamW's state round-trips bit for bit and refuses a bad tensor by name") {
+  const Shape table_shape{2 * 5, 3};  // 2 planes of (5, 3)
+  std::vector<float> values(30);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.1f * static_cast<float>(i) - 1.0f;
+  auto pulled_rows = [](int step) {
+    ops::PulledRows p;
+    p.rows = Tensor::from_vector(std::vector<int64_t>{1, 3 + step % 2, 6, 8}, Shape{4});
+    std::vector<float> g(12);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * static_cast<float>(i + 1) * (step % 2 ? -1.0f : 1.0f);
+    p.grad = Tensor::from_vector(g, Shape{4, 3});
+    return p;
+  };
+  Tensor a = Tensor::from_vector(values, table_shape), b = a.clone();
+  optim::SparseAdamW first(a, {.lr = 0.01, .weight_decay = 0.0});
+  for (int s = 0; s < 3; ++s) first.step(a, pulled_rows(s));
+  const optim::NamedTensors saved = first.state_tensors();
+  REQUIRE(saved.size() == 3);
+  CHECK(saved[0].first == "sparse_adamw.step");
+
+  optim::SparseAdamW second(b, {.lr = 0.01, .weight_decay = 0.0});
+  b.copy_from(a);
+  second.load_state(saved);
+  check_same_state(second.state_tensors(), saved);
+  first.step(a, pulled_rows(3));
+  second.step(b, pulled_rows(3));
+  CHECK(same_bytes(a, b));
+
+  optim::SparseAdamW target(Tensor::from_vector(values, table_shape), {.weight_decay = 0.0});
+  const optim::NamedTensors before = target.state_tensors();
+  optim::NamedTensors missing(saved.begin(), saved.begin() + 2);
+  CHECK(message_of([&] { target.load_state(missing); }) == "[sparse_adamw] load_state: no tensor 'sparse_adamw.v'");
+  optim::NamedTensors misshaped = saved;
+  misshaped[1].second = Tensor::zeros(Shape{5, 3}, DType::f32);
+  CHECK(message_of([&] { target.load_state(misshaped); }) ==
+        "[sparse_adamw] load_state: 'sparse_adamw.m' is (5, 3) f32; this optimizer's is (10, 3) f32");
+  optim::NamedTensors extra = saved;
+  extra.emplace_back("adamw.step", optim::count_tensor(1));
+  CHECK(message_of([&] { target.load_state(extra); }) ==
+        "[sparse_adamw] load_state: 'adamw.step' is not part of this optimizer's state");
+  check_same_state(target.state_tensors(), before);
+  CHECK(target.step_count() == 0);
 }

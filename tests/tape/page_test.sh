@@ -8,18 +8,8 @@
 set -u
 TAPE=$1 TINY=$2 SHOT=$3 GPT=${4:-} GPT_SHOT=${5:-}
 here=$(cd "$(dirname "$0")" && pwd)
-if [[ ! -x /usr/bin/chromium ]]; then
-  echo "SKIP: /usr/bin/chromium is missing (apt-get install chromium), so the page is not loaded"
-  exit 77
-fi
-if ! command -v node > /dev/null; then
-  echo "SKIP: node is missing (apt-get install npm), so the page is not loaded"
-  exit 77
-fi
-if [[ ! -d $here/browser/node_modules/playwright-core ]]; then
-  echo "SKIP: playwright-core is not installed (cd tests/tape/browser && npm ci), so the page is not loaded"
-  exit 77
-fi
+source "$here/../skips.sh"
+need_browser "the page"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$TINY" --dump-tape "$work/good.json" > /dev/null || exit 1
