@@ -5,12 +5,14 @@
 #                                  the shared libraries the GPU machine may lack (simdjson; OpenBLAS
 #                                  and the gfortran and quadmath libraries it needs)
 #   scripts/gpu_check.sh pack DIR  here, after prepare: copy the programs `run` needs, stripped, into
-#                                  DIR (say .device/build), under their build-tree paths, so that they
-#                                  and .device/lib fit the device tool's 64 MiB carry
+#                                  .device/DIR, under their build-tree paths, and pack that and
+#                                  .device/lib into .device/pack.tar.xz (about 10 MB: the device tool
+#                                  carries 64 MiB at most)
 #   scripts/gpu_check.sh run       there, through the device tool, in one call:
 #                                    run: {command: "scripts/gpu_check.sh run", carry: ["build-cuda", ".device"]}
-#                                    or, packed: {command: "BUILD=.device/build scripts/gpu_check.sh run",
-#                                                 carry: [".device/lib", ".device/build"]}
+#                                    or, packed: {command: "tar xJf .device/pack.tar.xz -C .device &&
+#                                                 BUILD=.device/DIR scripts/gpu_check.sh run",
+#                                                 carry: [".device/pack.tar.xz"]}
 #
 # `run` does, in order: tests/cuda (test_cuda); tiny_step on the CPU and on CUDA for the shipped
 # trace, --overwrite-bug and every fixture config, comparing the two byte for byte and each with
@@ -45,14 +47,20 @@ programs=(libtapegrad.so tests/cuda/test_cuda tests/cuda/test_norm_cuda tests/cu
   bench/attention_bench tests/gpt/gpt bench/gpt_value_embed)
 
 pack() {
-  local dest=${1:?usage: scripts/gpu_check.sh pack DIR} p
+  local name=${1:?usage: scripts/gpu_check.sh pack DIR (a folder name under .device)} p
+  [[ $name != */* && $name != lib ]] || { echo "pack: DIR is a plain folder name under .device, not lib" >&2; exit 2; }
+  [[ -d .device/lib ]] || { echo "pack: .device/lib is missing (run prepare first)" >&2; exit 1; }
+  local dest=.device/$name
   rm -rf "$dest"
   for p in "${programs[@]}"; do
     [[ -f $build/$p ]] || { echo "pack: $build/$p is missing (run prepare first)" >&2; exit 1; }
     mkdir -p "$dest/$(dirname "$p")"
     strip --strip-unneeded -o "$dest/$p" "$build/$p" || exit 1
   done
-  du -sh "$dest" .device/lib | sed 's/^/carry: /'
+  tar cJf .device/pack.tar.xz -C .device lib "$name" || exit 1
+  du -sh .device/pack.tar.xz | sed 's/^/carry: /'
+  echo 'now: run {command: "tar xJf .device/pack.tar.xz -C .device && BUILD=.device/'"$name"' scripts/gpu_check.sh run",' \
+    'carry: [".device/pack.tar.xz"], timeout_s: 600}'
 }
 
 run() {
