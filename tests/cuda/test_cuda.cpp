@@ -340,14 +340,15 @@ TEST_CASE("[gpu] gather and its scatter backward, with repeated ids") {
   }
 }
 
-// Note [ranked scatter] in src/cuda/rows.cu: up to 1024 ids are ranked in shared memory; beyond
-// that one thread per column walks them. Both must add in the CPU's order, so the CPU's bits.
-// Three kernels: a warp per row for small tables (12 rows here), the ranked kernel for larger ones
-// (5000 rows with 1000 ids), one thread per column past 1024 ids (Notes [scatter by row] and
-// [ranked scatter] in src/cuda/rows.cu).
+// Notes [scatter by row] and [ranked scatter] in src/cuda/rows.cu. Three kernels, each adding in
+// the CPU's order, so the CPU's bits: a warp per row while rows * B <= 2^22 (12 rows here, with ids
+// in several chunks of 1024 past B = 1024; 108 rows and 16384 ids, a character GPT's batch), the
+// ranked kernel for larger tables up to 1024 ids (5000 rows with 1000 ids), one thread per column
+// beyond (3000 rows with 2000 ids).
 TEST_CASE("[gpu] the scatter backward at batch sizes around the kernels' limits") {
   for (const auto& [table_rows, b] : std::vector<std::pair<int64_t, int64_t>>{
-           {12, 1}, {12, 7}, {12, 255}, {12, 1000}, {12, 1024}, {12, 1025}, {12, 3000}, {5000, 1000}, {5000, 300}}) {
+           {12, 1}, {12, 7}, {12, 255}, {12, 1000}, {12, 1024}, {12, 1025}, {12, 3000}, {108, 16384}, {5000, 1000},
+           {5000, 300}, {3000, 2000}}) {
     std::vector<int64_t> ids(static_cast<size_t>(b));
     std::uniform_int_distribution<int64_t> pick(0, 11);  // 12 distinct rows: long runs of repeated ids
     for (int64_t& id : ids) id = pick(rng) * (table_rows / 12);
