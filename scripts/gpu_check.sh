@@ -4,8 +4,13 @@
 #   scripts/gpu_check.sh prepare   here: build build-cuda (-Dcuda=enabled) and copy into .device/lib
 #                                  the shared libraries the GPU machine may lack (simdjson; OpenBLAS
 #                                  and the gfortran and quadmath libraries it needs)
+#   scripts/gpu_check.sh pack DIR  here, after prepare: copy the programs `run` needs, stripped, into
+#                                  DIR (say .device/build), under their build-tree paths, so that they
+#                                  and .device/lib fit the device tool's 64 MiB carry
 #   scripts/gpu_check.sh run       there, through the device tool, in one call:
 #                                    run: {command: "scripts/gpu_check.sh run", carry: ["build-cuda", ".device"]}
+#                                    or, packed: {command: "BUILD=.device/build scripts/gpu_check.sh run",
+#                                                 carry: [".device/lib", ".device/build"]}
 #
 # `run` does, in order: tests/cuda (test_cuda); tiny_step on the CPU and on CUDA for the shipped
 # trace, --overwrite-bug and every fixture config, comparing the two byte for byte and each with
@@ -32,6 +37,22 @@ prepare() {
   done
   du -sh "$build" .device | sed 's/^/carry: /'
   echo 'now: run {command: "scripts/gpu_check.sh run", carry: ["'"$build"'", ".device"], timeout_s: 600}'
+}
+
+# the programs `run` calls, as paths under the build folder
+programs=(libtapegrad.so tests/cuda/test_cuda tests/cuda/test_norm_cuda tests/cuda/test_nn_cuda
+  tests/value_embed/test_value_embed_cuda apps/tiny_step apps/bob bench/cuda_bench bench/nd_cuda_bench
+  bench/attention_bench tests/gpt/gpt bench/gpt_value_embed)
+
+pack() {
+  local dest=${1:?usage: scripts/gpu_check.sh pack DIR} p
+  rm -rf "$dest"
+  for p in "${programs[@]}"; do
+    [[ -f $build/$p ]] || { echo "pack: $build/$p is missing (run prepare first)" >&2; exit 1; }
+    mkdir -p "$dest/$(dirname "$p")"
+    strip --strip-unneeded -o "$dest/$p" "$build/$p" || exit 1
+  done
+  du -sh "$dest" .device/lib | sed 's/^/carry: /'
 }
 
 run() {
@@ -239,6 +260,7 @@ PY
 
 case ${1:-} in
   prepare) prepare ;;
+  pack) pack "${2:-}" ;;
   run) run ;;
-  *) echo "usage: scripts/gpu_check.sh prepare|run" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu_check.sh prepare|pack DIR|run" >&2; exit 2 ;;
 esac

@@ -248,6 +248,21 @@ inline std::vector<OpCase> op_cases() {
     cases.push_back({op, "one value as q, k and v", {self},
                      [](const V& x) { return scaled_dot_product_attention(x[0], x[0], x[0], true); }});
   }
+  // qkv_attention (src/ops/fused/attention.cpp): qkv (B, T, 3C) read in place; causal and not, a
+  // head size that is no multiple of 4 (the kernels' unaligned loads), value_add broadcast and whole
+  {
+    const char* op = "qkv_attention";
+    const CaseInput qkv{{2, 5, 24}, {2, 70, 96}};
+    cases.push_back({op, "causal, 2 heads", {qkv}, [](const V& x) { return ops::qkv_attention(x[0], 2); }});
+    const CaseInput odd{{1, 4, 18}, {2, 45, 45}};
+    cases.push_back({op, "not causal, odd head size, scale 0.6", {odd},
+                     [](const V& x) { return ops::qkv_attention(x[0], 3, false, Var(), 0.6); }});
+    const CaseInput add_rows{{5, 8}, {70, 32}};
+    cases.push_back({op, "value_add broadcast over the batch", {qkv, add_rows},
+                     [](const V& x) { return ops::qkv_attention(x[0], 2, true, x[1]); }});
+    const CaseInput add_all{{2, 5, 8}, {2, 70, 32}};
+    cases.push_back({op, "value_add whole", {qkv, add_all}, [](const V& x) { return ops::qkv_attention(x[0], 2, true, x[1]); }});
+  }
   // ---- matrix products of the N-d ops: batches, broadcast batch axes, 1-D sides, linear. The large
   // shapes take the CPU kernel's tiles, its batch split and its sums over broadcast axes.
   cases.push_back({"matmul", "batched", {{{2, 3, 4}, {3, 300, 120}}, {{2, 4, 2}, {3, 120, 1100}}},

@@ -215,6 +215,31 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool c
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                         const Tensor& lse, bool causal, double scale, Tensor& delta, Tensor& dq, Tensor& dk,
                         Tensor& dv);
+// The same two with the operands anywhere in their tensors (Note [attention layouts] in
+// src/kernels/attention.cpp): element (b, h, t, c) of the (B, H, T, w) operand X at
+// X.offset + b X.batch + h X.head + t X.row + c of its tensor. dout is read through out's layout;
+// lse and delta stay contiguous (B, H, Tq). The operands may share a tensor (q, k and v the three
+// thirds of one (B, T, 3C) projection; dq, dk and dv those of its gradient); the written ones
+// must not overlap each other or what is read.
+struct HeadRows {
+  int64_t offset = 0, batch = 0, head = 0, row = 0;
+  View view(int64_t B, int64_t H, int64_t T, int64_t w) const;  // as a (B, H, T, w) View
+};
+struct AttentionLayout {
+  int64_t B = 0, H = 0, Tq = 0, Tk = 0, d = 0, dv = 0;
+  HeadRows q, k, v, out, dq, dk, dv_;
+  // (B, H, T, w) contiguous tensors, one per operand
+  static AttentionLayout contiguous(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t d, int64_t dv);
+  // q, k, v the thirds of one (B, T, 3C) tensor and out (B, T, C), C = H d: nanoGPT's projection
+  // before its split and head permutes; the gradients dq, dk, dv in thirds of a (B, T, 3C) one.
+  static AttentionLayout packed(int64_t B, int64_t T, int64_t H, int64_t d);
+  bool is_contiguous() const;
+};
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayout& at, bool causal,
+                       double scale, Tensor& out, Tensor& lse);
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                        const Tensor& lse, const AttentionLayout& at, bool causal, double scale, Tensor& delta,
+                        Tensor& dq, Tensor& dk, Tensor& dv);
 
 // ---- normalisation over the last axis and dropout (cpu/norm.cpp, src/cuda/norm.cu; the facades
 // in norm.cpp). x (..., C) is read as n = numel / C rows of C; mean and rstd are (n,) of x's dtype;
