@@ -261,4 +261,13 @@ void norm_rows_backward(Norm kind, const Tensor& dy, const Tensor& x, const Tens
 // dropout_threshold(p), else 0 (p = 1: m = 0 everywhere). The backward is the same call on dy.
 void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& y);
 
+// ---- multi-tensor gradient transforms (src/optim/clip.cpp): many tensors in one call, all on one
+// device, each f32 or f64 (the dtypes may be mixed). On CUDA a launch serves a group of up to 48
+// tensors ("multi-tensor apply") rather than one; on the CPU the single-tensor kernel runs on each
+// in turn.
+// out (k,) f64, out[i] = the sum of squares of xs[i]: the bits of sum_squares(*xs[i], out, i).
+void sum_squares_many(const std::vector<const Tensor*>& xs, Tensor& out);
+// x = x * s in place for every x of xs (no two sharing their bytes): the bits of scale(x, s, x).
+void scale_many(const std::vector<Tensor*>& xs, double s);
+
 }  // namespace tapegrad::kernels

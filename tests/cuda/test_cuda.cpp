@@ -881,6 +881,42 @@ TEST_CASE("[gpu] SGD with momentum and the sum of squares give the CPU's bits") 
     }
 }
 
+// clip_grad_norm's multi-tensor kernels: 100 tensors of mixed dtypes and assorted sizes (more than
+// two CUDA groups of 48; empty ones, and sizes where the lanes' blocks change), each with the CPU's
+// single-tensor bits.
+TEST_CASE("[gpu] sum_squares_many and scale_many give the CPU's bits over several groups") {
+  const int64_t sizes[] = {0, 1, 7, 255, 256, 1000, 8193, 70001, (int64_t{1} << 17) + 3, 3};
+  std::vector<Tensor> args;
+  for (int64_t i = 0; i < 100; ++i)
+    args.push_back(random(Shape{sizes[i % 10]}, i % 3 == 0 ? DType::f64 : DType::f32, -30.0, 30.0));
+  const size_t k = args.size();
+  args.push_back(poisoned(Shape{static_cast<int64_t>(k)}, DType::f64));
+  auto back = run_both(args, [k](std::vector<Tensor>& a) {
+    std::vector<const Tensor*> xs;
+    for (size_t i = 0; i < k; ++i) xs.push_back(&a[i]);
+    kernels::sum_squares_many(xs, a[k]);
+  });
+  check_bits(args[k], back[k], "sum_squares_many of 100 tensors");
+  Tensor one_by_one = poisoned(Shape{static_cast<int64_t>(k)}, DType::f64);
+  for (size_t i = 0; i < k; ++i) kernels::sum_squares(args[i], one_by_one, static_cast<int64_t>(i));
+  check_bits(one_by_one, args[k], "the CPU's sum_squares_many against its sum_squares");
+
+  args.pop_back();
+  for (const double s : {0.1, -3.0}) {
+    back = run_both(args, [s](std::vector<Tensor>& a) {
+      std::vector<Tensor*> xs;
+      for (Tensor& x : a) xs.push_back(&x);
+      kernels::scale_many(xs, s);
+    });
+    for (size_t i = 0; i < k; ++i)
+      check_bits(args[i], back[i], "scale_many by " + std::to_string(s) + ", tensor " + std::to_string(i));
+  }
+  // A list that spans two devices is refused by name.
+  Tensor on_cpu = random(Shape{3}, DType::f32), on_gpu = on_cpu.to(kGpu);
+  CHECK(message_of([&] { kernels::scale_many({&on_cpu, &on_gpu}, 2.0); }) ==
+        "[scale_many] inputs are on different devices: cpu and cuda:0; move them with .to(device) first");
+}
+
 namespace {
 
 // Two parameters given the same gradients on either device (gradients.hpp: exact on both).
