@@ -16,6 +16,7 @@ and clip_grad_norm_ 1. Checks, in the trace's dtype:
   - every later step's loss within 1e-3 relative.
 Prints one line per check and the worst of each kind; exits 0 when all pass, 1 otherwise.
 --bench-steps N also times N more steps of PyTorch eager on random batches (median ms per step).
+--profile N (with --bench-steps) then profiles N steps and prints the time of each GPU kernel per step.
 """
 import argparse
 import os
@@ -55,12 +56,33 @@ def rel(a, b):
     return d / n if n else d
 
 
+def profile(step, n):
+    """Each GPU kernel's time per step over n steps, largest first (torch.profiler)."""
+    from torch.profiler import profile as prof, ProfilerActivity
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    rows = []
+    for e in p.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = e.self_cuda_time_total
+        if us > 0:
+            rows.append((us / n / 1e3, e.count / n, e.key))
+    rows.sort(reverse=True)
+    print(f"torch eager kernels: {sum(r[0] for r in rows):.2f} ms of GPU time per step")
+    for ms, count, name in rows[:40]:
+        print(f"  {ms:8.3f} ms/step {count:6.1f}/step  {name[:110]}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
     ap.add_argument("--steps", type=int, default=0, help="compare this many steps (default: all traced)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--bench-steps", type=int, default=0)
+    ap.add_argument("--profile", type=int, default=0)
     a = ap.parse_args()
     t = read_safetensors(a.trace)
     L, H, C, T, B = (int(v) for v in t["config"])
@@ -125,22 +147,27 @@ def main():
     if steps > 1:
         print(f"{'ok  ' if worst_loss <= 1e-3 else 'FAIL'} steps 2 to {steps}: worst loss relative "
               f"{worst_loss:.2e} (bound 1e-3); last loss tapegrad {float(t['loss'][steps - 1]):.6f}")
+    def bench_step():
+        x = torch.randint(0, V, (B, T), device=dev)
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x).view(-1, V), x.view(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+        opt.step()
+        loss.item()
+
     if a.bench_steps:
         times = []
         for s in range(a.bench_steps + 3):
-            x = torch.randint(0, V, (B, T), device=dev)
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x).view(-1, V), x.view(-1))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
-            opt.step()
-            loss.item()
+            bench_step()
             times.append(time.perf_counter() - start)
         print(f"torch eager step: median {1e3 * statistics.median(times[3:]):.2f} ms over {a.bench_steps} steps "
               f"({str(dtype)[6:]}, {dev}, threads {torch.get_num_threads()})")
+        if a.profile and dev.type == "cuda":
+            profile(bench_step, a.profile)
     print("parity: PASS" if ok else "parity: FAIL")
     return 0 if ok else 1
 

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# gpu_profile: where the small GPT's step spends its GPU time, tapegrad's and PyTorch eager's, in one
+# device call. tapegrad: `ncu` times every kernel of a few steps (after warm-up; the clocks and the
+# caches left as a run has them), summed by kernel name
+# and divided by the steps (counted by the one nll kernel a step launches). PyTorch: torch.profiler over
+# the same model (tests/gpt/parity.py --profile).
+#
+#   BUILD=DIR LOGS=DIR scripts/gpu_profile.sh     (LD_LIBRARY_PATH as scripts/gpu_check.sh run sets it)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD:-build-cuda} logs=${LOGS:-gpu-profile-logs}
+mkdir -p "$logs"
+w=$(mktemp -d)
+trap 'rm -rf "$w"' EXIT
+cat docs/*.md README.md > "$w/prose.txt"
+gpt=$build/tests/gpt/gpt
+# warm-up: steps 1 to 4 are skipped by kernel count (the first step's launches, times four)
+timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --launch-skip 2000 --launch-count 1600 \
+  "$gpt" train --config small --device cuda --dropout 0 --data "$w/prose.txt" --steps 14 \
+  > "$logs/ncu.csv" 2> "$logs/ncu.err"
+python3 - "$logs/ncu.csv" <<'PY'
+import collections, csv, re, sys
+lines = open(sys.argv[1]).read().splitlines()
+start = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
+agg = collections.defaultdict(lambda: [0, 0.0])
+for r in csv.DictReader(lines[start:]):
+    name = re.sub(r"\(.*", "", r["Kernel Name"])
+    agg[name][0] += 1
+    agg[name][1] += float(r["Metric Value"].replace(",", "")) / 1e6
+steps = max(1, sum(c for n, (c, _) in agg.items() if "nll_kernel" in n))
+print(f"tapegrad kernels: {sum(v for _, v in agg.values()) / steps:.2f} ms of GPU time per step over {steps} steps")
+for n, (c, v) in sorted(agg.items(), key=lambda x: -x[1][1])[:40]:
+    print(f"  {v / steps:8.3f} ms/step {c / steps:6.1f}/step  {n[:110]}")
+PY
+timeout 200 "$gpt" train --config small --device cuda --dropout 0 --data "$w/prose.txt" --steps 100 \
+  --trace "$w/trace.safetensors" > "$logs/run.log" 2>&1
+grep '^median' "$logs/run.log"
+timeout 300 python3 tests/gpt/parity.py "$w/trace.safetensors" --device cuda --steps 3 --bench-steps 50 --profile 5
