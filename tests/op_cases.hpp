@@ -116,6 +116,8 @@ inline std::vector<OpCase> op_cases() {
   cases.push_back({"softmax", "axis 1 of 3", {m234}, [](const V& v) { return ops::softmax(v[0], 1); }});
   cases.push_back({"log_softmax", "", {m234}, [](const V& v) { return ops::log_softmax(v[0]); }});
   cases.push_back({"log_softmax", "axis 0", {m234}, [](const V& v) { return ops::log_softmax(v[0], 0); }});
+  // rows past CUDA's warp-per-row kernel (1024): its block-per-row kernel
+  cases.push_back({"log_softmax", "long rows", {{{2, 3}, {40, 1500}}}, [](const V& v) { return ops::log_softmax(v[0]); }});
   cases.push_back({"mean_axes", "logsumexp (composite)", {m234}, [](const V& v) { return ops::logsumexp(v[0], 1); }});
   // shape ops
   cases.push_back({"permute", "", {m234}, [](const V& v) { return ops::permute(v[0], {2, 0, 1}); }});

@@ -12,6 +12,7 @@
 //   match the CPU to the ulps where glibc's exp and log differ from the correctly rounded ones.
 // - An f64 sum that runs out of ExactSum's partials is recorded (Note [kernel errors] in memory.cu).
 #include <climits>
+#include <cstdlib>
 
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
@@ -43,7 +44,7 @@ constexpr const char* kOp = "scaled_dot_product_attention";
 //   - delta), dK += dS^T Q. And per query tile, with Q and dO resident: dQ += dS K over the key
 //   tiles. P and dS are recomputed in both kernels, by the same operations in the same order, so
 //   they are the same bits; the price of no atomics is two products more than one kernel would
-//   make (7 tile products to 5).
+//   make (7 tile products to 5), saved where dS fits a scratch (Note [dS kept]).
 // - causal: a query tile stops at the diagonal tile and a key tile starts at it; the longest tiles
 //   are launched first.
 constexpr int kTile = 64;           // query rows, and keys, per tile
@@ -262,19 +263,31 @@ __global__ void flash_delta_kernel(const float* out, const float* dout, double* 
   const int64_t rows = at.B * at.H * at.Tq;
   for (int64_t row = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; row < rows; row += int64_t{gridDim.x} * blockDim.x) {
     const int64_t at_row = row_at(at.out, at.H, row / at.Tq, row % at.Tq);  // dout shares out's layout
+    const float *g = dout + at_row, *o = out + at_row;
     float s = 0.f;
-    for (int c = 0; c < at.dv; ++c) s = fmaf(dout[at_row + c], out[at_row + c], s);
+    int c = 0;
+    if (reinterpret_cast<uintptr_t>(g) % 16 == 0 && reinterpret_cast<uintptr_t>(o) % 16 == 0)
+      for (; c + 4 <= at.dv; c += 4) {  // the same order, four columns a load
+        const float4 a = *reinterpret_cast<const float4*>(g + c), b = *reinterpret_cast<const float4*>(o + c);
+        s = fmaf(a.x, b.x, s);
+        s = fmaf(a.y, b.y, s);
+        s = fmaf(a.z, b.z, s);
+        s = fmaf(a.w, b.w, s);
+      }
+    for (; c < at.dv; ++c) s = fmaf(g[c], o[c], s);
     delta[row] = s;
   }
 }
 
 // dk (B, H, Tk, d), dv (B, H, Tk, dv) through their layouts: a block per (b, h) and 64 keys, K and
 // V resident, the query tiles streaming (Note [flash attention]).
+// Two blocks a multiprocessor where their shared memory allows (D = 64): at most 128 registers a
+// thread, which this kernel's two sets of accumulators would otherwise pass.
 template <int D>
-__global__ void __launch_bounds__(kFlashThreads)
+__global__ void __launch_bounds__(kFlashThreads, D == 64 ? 2 : 1)
     flash_dkdv_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
                       const double* delta, float* dk, float* dv_out, const kernels::AttentionLayout at, bool causal,
-                      float scale, int64_t tiles) {
+                      float scale, int64_t tiles, float* ds_out, int64_t query_tiles) {
   const int64_t tq = at.Tq, tk = at.Tk, H = at.H;
   const int d = static_cast<int>(at.d), dv = static_cast<int>(at.dv);
   extern __shared__ float4 shared4[];
@@ -300,6 +313,11 @@ __global__ void __launch_bounds__(kFlashThreads)
       delta_s[threadIdx.x] = threadIdx.x < nq ? static_cast<float>(delta[hi * tq + q0 + threadIdx.x]) : 0.f;
     }
     __syncthreads();
+    // whether the thread's key i sees its query j
+    auto sees = [&](int i, int j) {
+      const int64_t key = k0 + 4 * ty + i, query = q0 + tx + 16 * j;
+      return key < tk && query < tq && (!causal || key <= query);
+    };
     float p[4][4] = {}, ds[4][4] = {};
     tile_dots<D>(Ks, Qs, p);   // K[key] . Q[query]
     tile_dots<D>(Vs, Gs, ds);  // V[key] . dO[query] = dP^T
@@ -307,9 +325,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int64_t key = k0 + 4 * ty + i, query = q0 + tx + 16 * j;
-        const bool seen = key < tk && query < tq && (!causal || key <= query);
-        p[i][j] = seen ? expf(p[i][j] * scale - lse_s[tx + 16 * j]) : 0.f;
+        p[i][j] = sees(i, j) ? expf(p[i][j] * scale - lse_s[tx + 16 * j]) : 0.f;
         Ps[(4 * ty + i) * kLdP + tx + 16 * j] = p[i][j];
       }
     __syncthreads();
@@ -323,6 +339,13 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) Ps[(4 * ty + i) * kLdP + tx + 16 * j] = ds[i][j];
+    if (ds_out) {  // the tile of dS^T for flash_dq_from_ds_kernel (Note [dS kept]): 0 where unseen, as there
+      float* kept = ds_out + ((hi * tiles + k0 / kTile) * query_tiles + q0 / kTile) * (kTile * kTile);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) kept[(4 * ty + i) * kTile + tx + 16 * j] = sees(i, j) ? ds[i][j] : 0.f;
+    }
     __syncthreads();
     tile_pv<D>(Ps, Qs, gk);  // dK += dS^T Q (times scale at the end)
   }
@@ -336,6 +359,20 @@ __global__ void __launch_bounds__(kFlashThreads)
       if (col < d) dk[row_at(at.dk, H, hi, key) + col] = gk[i][c] * scale;
       if (col < dv) dv_out[row_at(at.dv_, H, hi, key) + col] = gv[i][c];
     }
+  }
+}
+
+// dq's rows [q0, q0 + 64) of head hi = the thread's accumulators times scale.
+template <int D>
+__device__ void store_dq(float* dq, kernels::HeadRows rows, int64_t H, int64_t tq, int d, int64_t hi, int64_t q0,
+                         const float (&gq)[4][Flash<D>::cols], float scale) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = q0 + 4 * thread_row() + i;
+    if (row >= tq) continue;
+#pragma unroll
+    for (int c = 0; c < Flash<D>::cols; ++c)
+      if (out_col<D>(c) < d) dq[row_at(rows, H, hi, row) + out_col<D>(c)] = gq[i][c] * scale;
   }
 }
 
@@ -386,14 +423,48 @@ __global__ void __launch_bounds__(kFlashThreads)
     __syncthreads();
     tile_pv<D>(Ps, Ks, gq);  // dQ += dS K (times scale at the end)
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t row = q0 + 4 * ty + i;
-    if (row >= tq) continue;
-#pragma unroll
-    for (int c = 0; c < Flash<D>::cols; ++c)
-      if (out_col<D>(c) < d) dq[row_at(at.dq, H, hi, row) + out_col<D>(c)] = gq[i][c] * scale;
+  store_dq<D>(dq, at.dq, H, tq, d, hi, q0, gq, scale);
+}
+
+// Note [dS kept]
+// flash_dq_kernel recomputes S and dP to get dS, two products of its three. Where the whole of dS
+// fits a scratch of kKeptBytes, flash_dkdv_kernel stores each (64, 64) tile of dS^T it made and
+// flash_dq_from_ds_kernel reads them back: dQ = scale dS K, one product. The tiles hold the bits
+// flash_dq_kernel would have computed (the same operations on the same operands, 0 where a key is
+// unseen), and dQ sums them over the keys in the same order, so either way gives the same dq.
+// TAPEGRAD_ATTENTION_KEPT_BYTES=N sets another bound (0: never keep), for the tests that compare the two.
+constexpr size_t kKeptBytes = size_t{256} << 20;
+
+double kept_bound() {
+  const char* env = std::getenv("TAPEGRAD_ATTENTION_KEPT_BYTES");
+  return env && *env ? std::strtod(env, nullptr) : static_cast<double>(kKeptBytes);
+}
+
+// dq (B, H, Tq, d) through its layout from the kept tiles of dS^T (Note [dS kept]): a block per
+// (b, h) and 64 query rows, the key tiles streaming with their tiles of dS.
+template <int D>
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_dq_from_ds_kernel(const float* k, const float* ds, float* dq, const kernels::AttentionLayout at, bool causal,
+                            float scale, int64_t tiles, int64_t key_tiles) {
+  extern __shared__ float4 shared4[];
+  float* Ks = reinterpret_cast<float*>(shared4);
+  float* Ps = Ks + Flash<D>::tile;  // dS, a row per query
+  const int ty = thread_row();
+  const int64_t tq = at.Tq, tk = at.Tk, H = at.H;
+  const int d = static_cast<int>(at.d);
+  const TileOf tile = tile_of(tiles, causal);
+  const int64_t q0 = tile.first, hi = tile.head;
+  float gq[4][Flash<D>::cols] = {};
+  const int64_t keys = causal ? std::min<int64_t>(tk, q0 + kTile) : tk;
+  for (int64_t k0 = 0; k0 < keys; k0 += kTile) {
+    __syncthreads();  // the last tile's readers are done
+    load_rows<D>(Ks, k, at.k, H, hi, k0, tk, d);
+    const float* kept = ds + ((hi * key_tiles + k0 / kTile) * tiles + q0 / kTile) * (kTile * kTile);
+    for (int e = threadIdx.x; e < kTile * kTile; e += kFlashThreads) Ps[(e % kTile) * kLdP + e / kTile] = kept[e];
+    __syncthreads();
+    tile_pv<D>(Ps, Ks, gq);  // dQ += dS K (times scale at the end)
   }
+  store_dq<D>(dq, at.dq, H, tq, d, hi, q0, gq, scale);
 }
 
 // ----------------------------------------------------------------------------
@@ -607,9 +678,12 @@ unsigned flash_grid(const Sizes& n, int64_t rows, int64_t* tiles) {
   return static_cast<unsigned>(n.heads * *tiles);
 }
 
+// The kernel may take `bytes` of dynamic shared memory, and the multiprocessor gives shared memory
+// all of its carve-out, so that as many blocks fit as the registers allow.
 template <class Kernel>
 void allow_shared(Kernel kernel, size_t bytes) {
   TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
 }
 
 template <int D>
@@ -637,16 +711,30 @@ void flash_backward(const Sizes& n, const Tensor& q, const Tensor& k, const Tens
     TG_CUDA_CHECK_LAUNCH();
   }
   const size_t bytes = flash_shared_bytes<D>(4);
-  int64_t key_tiles = 0;
+  int64_t key_tiles = 0, query_tiles = 0;
   const unsigned key_grid = flash_grid(n, n.tk, &key_tiles);
+  const unsigned query_grid = n.tq > 0 ? flash_grid(n, n.tq, &query_tiles) : 0;
+  // dS kept for the dq kernel when it fits (Note [dS kept]); the counts are bounded by the grids'
+  const double kept_bytes = static_cast<double>(n.heads) * static_cast<double>(key_tiles) *
+                            static_cast<double>(query_tiles) * (kTile * kTile * sizeof(float));
+  Tensor kept;
+  if (n.tq > 0 && kept_bytes <= kept_bound())
+    kept = Tensor::empty(Shape{n.heads * key_tiles * query_tiles * kTile * kTile}, DType::f32, q.device());
   allow_shared(flash_dkdv_kernel<D>, bytes);
   flash_dkdv_kernel<D><<<key_grid, kFlashThreads, bytes, stream>>>(
       cdata<float>(q), cdata<float>(k), cdata<float>(v), cdata<float>(dout), cdata<float>(lse), cdata<double>(delta),
-      mdata<float>(dk), mdata<float>(dv), at, causal, s, key_tiles);
+      mdata<float>(dk), mdata<float>(dv), at, causal, s, key_tiles, kept.defined() ? mdata<float>(kept) : nullptr,
+      query_tiles);
   TG_CUDA_CHECK_LAUNCH();
   if (n.tq == 0) return;
-  int64_t query_tiles = 0;
-  const unsigned query_grid = flash_grid(n, n.tq, &query_tiles);
+  if (kept.defined()) {
+    const size_t kept_shared = flash_shared_bytes<D>(1);
+    allow_shared(flash_dq_from_ds_kernel<D>, kept_shared);
+    flash_dq_from_ds_kernel<D><<<query_grid, kFlashThreads, kept_shared, stream>>>(
+        cdata<float>(k), cdata<float>(kept), mdata<float>(dq), at, causal, s, query_tiles, key_tiles);
+    TG_CUDA_CHECK_LAUNCH();
+    return;
+  }
   allow_shared(flash_dq_kernel<D>, bytes);
   flash_dq_kernel<D><<<query_grid, kFlashThreads, bytes, stream>>>(
       cdata<float>(q), cdata<float>(k), cdata<float>(v), cdata<float>(dout), cdata<float>(lse), cdata<double>(delta),

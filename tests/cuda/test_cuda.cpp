@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -850,6 +851,46 @@ TEST_CASE("[gpu] scaled_dot_product_attention at T = 300, hd = 64 and other size
         check_bits(gpu[i], again[i], what + parts[i] + ": the same bits on every run");
         check_close(cpu[i], gpu[i], dtype == DType::f64 ? 1e-13 : 5e-6, what + parts[i]);
       }
+    }
+  }
+}
+
+// Note [dS kept] in src/cuda/attention.cu: dq from the kept tiles of dS and dq recomputed give the
+// same bits, and qkv_attention (the operands in place, Note [attention layouts]) those of the
+// contiguous op on its gathered heads, on CUDA as on the CPU (tests/ops/test_attention.cpp).
+TEST_CASE("[gpu] attention's dq from the kept dS tiles has the recomputed dq's bits; qkv_attention the composite's") {
+  struct Size {
+    int64_t b, t, h, d;
+    bool causal;
+  };
+  for (const Size& s : {Size{2, 300, 3, 64, true}, Size{1, 130, 2, 64, false}, Size{2, 70, 2, 128, true}, Size{1, 65, 3, 7, true}}) {
+    const int64_t C = s.h * s.d;
+    const std::string what = "(B " + std::to_string(s.b) + ", T " + std::to_string(s.t) + ", H " + std::to_string(s.h) +
+                             ", d " + std::to_string(s.d) + ")" + (s.causal ? " causal" : "");
+    const Tensor x = random({s.b, s.t, 3 * C}, DType::f32, -1, 1), r = random({s.b, s.t, C}, DType::f32, -1, 1);
+    const Tensor add = random({s.t, C}, DType::f32, -1, 1);
+    auto run = [&](bool packed, const char* kept) {
+      setenv("TAPEGRAD_ATTENTION_KEPT_BYTES", kept, 1);
+      Graph g;
+      Var qkv = g.parameter(x.to(kGpu)), a = g.parameter(add.to(kGpu));
+      Var y;
+      if (packed) {
+        y = ops::qkv_attention(qkv, s.h, s.causal, a);
+      } else {
+        std::vector<Var> p = ops::split(qkv, {C, C, C}, 2);
+        auto heads = [&](Var t) { return ops::transpose(ops::reshape(t, {s.b, s.t, s.h, s.d}), 1, 2); };
+        y = ops::scaled_dot_product_attention(heads(p[0]), heads(p[1]), heads(p[2] + a), s.causal);
+        y = ops::reshape(ops::transpose(y, 1, 2), {s.b, s.t, C});
+      }
+      g.backward(ops::sum(ops::mul(y, g.input(r.to(kGpu)))));
+      unsetenv("TAPEGRAD_ATTENTION_KEPT_BYTES");
+      return std::vector<Tensor>{y.value().to(kCpu), qkv.grad().to(kCpu), a.grad().to(kCpu)};
+    };
+    const std::vector<Tensor> kept = run(true, "1e12"), recomputed = run(true, "0"), composite = run(false, "1e12");
+    const std::string parts[] = {" forward", " d qkv", " d value_add"};
+    for (size_t i = 0; i < 3; ++i) {
+      check_bits(kept[i], recomputed[i], what + parts[i] + ": kept dS against recomputed");
+      check_bits(kept[i], composite[i], what + parts[i] + ": qkv_attention against the composite");
     }
   }
 }
