@@ -116,6 +116,8 @@ inline std::vector<OpCase> op_cases() {
   cases.push_back({"softmax", "axis 1 of 3", {m234}, [](const V& v) { return ops::softmax(v[0], 1); }});
   cases.push_back({"log_softmax", "", {m234}, [](const V& v) { return ops::log_softmax(v[0]); }});
   cases.push_back({"log_softmax", "axis 0", {m234}, [](const V& v) { return ops::log_softmax(v[0], 0); }});
+  // rows past CUDA's warp-per-row kernel (1024): its block-per-row kernel
+  cases.push_back({"log_softmax", "long rows", {{{2, 3}, {40, 1500}}}, [](const V& v) { return ops::log_softmax(v[0]); }});
   cases.push_back({"mean_axes", "logsumexp (composite)", {m234}, [](const V& v) { return ops::logsumexp(v[0], 1); }});
   // shape ops
   cases.push_back({"permute", "", {m234}, [](const V& v) { return ops::permute(v[0], {2, 0, 1}); }});
@@ -247,6 +249,21 @@ inline std::vector<OpCase> op_cases() {
     const CaseInput self{{2, 1, 4, 4}, {2, 2, 60, 16}};
     cases.push_back({op, "one value as q, k and v", {self},
                      [](const V& x) { return scaled_dot_product_attention(x[0], x[0], x[0], true); }});
+  }
+  // qkv_attention (src/ops/fused/attention.cpp): qkv (B, T, 3C) read in place; causal and not, a
+  // head size that is no multiple of 4 (the kernels' unaligned loads), value_add broadcast and whole
+  {
+    const char* op = "qkv_attention";
+    const CaseInput qkv{{2, 5, 24}, {2, 70, 96}};
+    cases.push_back({op, "causal, 2 heads", {qkv}, [](const V& x) { return ops::qkv_attention(x[0], 2); }});
+    const CaseInput odd{{1, 4, 18}, {2, 45, 45}};
+    cases.push_back({op, "not causal, odd head size, scale 0.6", {odd},
+                     [](const V& x) { return ops::qkv_attention(x[0], 3, false, Var(), 0.6); }});
+    const CaseInput add_rows{{5, 8}, {70, 32}};
+    cases.push_back({op, "value_add broadcast over the batch", {qkv, add_rows},
+                     [](const V& x) { return ops::qkv_attention(x[0], 2, true, x[1]); }});
+    const CaseInput add_all{{2, 5, 8}, {2, 70, 32}};
+    cases.push_back({op, "value_add whole", {qkv, add_all}, [](const V& x) { return ops::qkv_attention(x[0], 2, true, x[1]); }});
   }
   // ---- matrix products of the N-d ops: batches, broadcast batch axes, 1-D sides, linear. The large
   // shapes take the CPU kernel's tiles, its batch split and its sums over broadcast axes.

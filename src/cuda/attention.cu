@@ -12,6 +12,7 @@
 //   match the CPU to the ulps where glibc's exp and log differ from the correctly rounded ones.
 // - An f64 sum that runs out of ExactSum's partials is recorded (Note [kernel errors] in memory.cu).
 #include <climits>
+#include <cstdlib>
 
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
@@ -43,7 +44,7 @@ constexpr const char* kOp = "scaled_dot_product_attention";
 //   - delta), dK += dS^T Q. And per query tile, with Q and dO resident: dQ += dS K over the key
 //   tiles. P and dS are recomputed in both kernels, by the same operations in the same order, so
 //   they are the same bits; the price of no atomics is two products more than one kernel would
-//   make (7 tile products to 5).
+//   make (7 tile products to 5), saved where dS fits a scratch (Note [dS kept]).
 // - causal: a query tile stops at the diagonal tile and a key tile starts at it; the longest tiles
 //   are launched first.
 constexpr int kTile = 64;           // query rows, and keys, per tile
@@ -83,33 +84,38 @@ __device__ inline float half_warp_sum(float x) {
 
 __device__ inline float component(const float4& x, int u) { return u == 0 ? x.x : u == 1 ? x.y : u == 2 ? x.z : x.w; }
 
-// dst (64, D) in shared memory = rows [0, n) of src (w <= D columns a row), zeros elsewhere.
+// Where row t of head hi (= b H + h) of an operand starts (Note [attention layouts] in
+// src/kernels/attention.cpp).
+__device__ inline int64_t row_at(const kernels::HeadRows& x, int64_t H, int64_t hi, int64_t t) {
+  return x.offset + (hi / H) * x.batch + (hi % H) * x.head + t * x.row;
+}
+
+// dst (64, D) in shared memory = rows [0, n) of src (w <= D columns a row, rows `ld` apart),
+// zeros elsewhere.
 template <int D>
-__device__ void load_tile(float* dst, const float* src, int64_t n, int w) {
+__device__ void load_tile(float* dst, const float* src, int64_t n, int w, int64_t ld_src) {
   constexpr int ld = Flash<D>::ld;
-  if (w % 4 == 0) {  // rows of whole float4s (tensors start 256-byte aligned)
+  if (w % 4 == 0 && ld_src % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {  // rows of whole float4s
     const int w4 = w / 4;
     for (int e = threadIdx.x; e < kTile * D / 4; e += kFlashThreads) {
       const int r = e / (D / 4), c4 = e % (D / 4);
       float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (r < n && c4 < w4) x = reinterpret_cast<const float4*>(src + int64_t{r} * w)[c4];
+      if (r < n && c4 < w4) x = reinterpret_cast<const float4*>(src + int64_t{r} * ld_src)[c4];
       *reinterpret_cast<float4*>(dst + r * ld + 4 * c4) = x;
     }
   } else {
     for (int e = threadIdx.x; e < kTile * D; e += kFlashThreads) {
       const int r = e / D, c = e % D;
-      dst[r * ld + c] = r < n && c < w ? src[int64_t{r} * w + c] : 0.f;
+      dst[r * ld + c] = r < n && c < w ? src[int64_t{r} * ld_src + c] : 0.f;
     }
   }
 }
 
-// The key tile at k0 of head `head`: K (64, D) and V (64, D) into shared memory.
+// Rows [t0, t0 + 64) of head hi of operand x (w columns) into a shared (64, D) tile.
 template <int D>
-__device__ void load_keys(float* Ks, float* Vs, const float* k, const float* v, int64_t head, int64_t tk, int64_t k0,
-                          int d, int dv) {
-  const int64_t n = std::min<int64_t>(kTile, tk - k0);
-  load_tile<D>(Ks, k + (head * tk + k0) * d, n, d);
-  load_tile<D>(Vs, v + (head * tk + k0) * dv, n, dv);
+__device__ void load_rows(float* dst, const float* x, const kernels::HeadRows& at, int64_t H, int64_t hi, int64_t t0,
+                          int64_t T, int w) {
+  load_tile<D>(dst, x + row_at(at, H, hi, t0), std::min<int64_t>(kTile, T - t0), w, at.row);
 }
 
 // s[i][j] += A[4ty + i] . B[tx + 16j] over the D columns of two (64, D) tiles, in column order.
@@ -176,21 +182,23 @@ __device__ inline TileOf tile_of(int64_t tiles, bool reversed) {
   return {blockIdx.x / tiles, (reversed ? tiles - 1 - t : t) * kTile};
 }
 
-// out (B*H, Tq, dv), lse (B*H, Tq) from q (B*H, Tq, d), k (B*H, Tk, d), v (B*H, Tk, dv); a block
-// per (b, h) and 64 query rows (Note [flash attention]).
+// out (B, H, Tq, dv), lse (B*H, Tq) from q (B, H, Tq, d), k (B, H, Tk, d), v (B, H, Tk, dv), each
+// through its layout; a block per (b, h) and 64 query rows (Note [flash attention]).
 template <int D>
 __global__ void __launch_bounds__(kFlashThreads)
-    flash_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse, int64_t tq,
-                         int64_t tk, int d, int dv, bool causal, float scale, int64_t tiles) {
+    flash_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse,
+                         const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
+  const int64_t tq = at.Tq, tk = at.Tk, H = at.H;
+  const int d = static_cast<int>(at.d), dv = static_cast<int>(at.dv);
   extern __shared__ float4 shared4[];
   float* Qs = reinterpret_cast<float*>(shared4);
   float* Ks = Qs + Flash<D>::tile;
   float* Vs = Ks + Flash<D>::tile;
   float* Ps = Vs + Flash<D>::tile;
   const int ty = thread_row(), tx = thread_col();
-  const TileOf at = tile_of(tiles, causal);
-  const int64_t q0 = at.first;
-  load_tile<D>(Qs, q + (at.head * tq + q0) * d, std::min<int64_t>(kTile, tq - q0), d);
+  const TileOf tile = tile_of(tiles, causal);
+  const int64_t q0 = tile.first, hi = tile.head;
+  load_rows<D>(Qs, q, at.q, H, hi, q0, tq, d);
   float m[4], l[4], acc[4][Flash<D>::cols];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -202,7 +210,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int64_t keys = causal ? std::min<int64_t>(tk, q0 + kTile) : tk;
   for (int64_t k0 = 0; k0 < keys; k0 += kTile) {
     __syncthreads();  // the last tile's readers are done
-    load_keys<D>(Ks, Vs, k, v, at.head, tk, k0, d, dv);
+    load_rows<D>(Ks, k, at.k, H, hi, k0, tk, d);
+    load_rows<D>(Vs, v, at.v, H, hi, k0, tk, dv);
     __syncthreads();
     float s[4][4] = {};
     tile_dots<D>(Qs, Ks, s);
@@ -239,32 +248,48 @@ __global__ void __launch_bounds__(kFlashThreads)
   for (int i = 0; i < 4; ++i) {
     const int64_t row = q0 + 4 * ty + i;
     if (row >= tq) continue;
-    float* o = out + (at.head * tq + row) * dv;
+    float* o = out + row_at(at.out, H, hi, row);
 #pragma unroll
     for (int c = 0; c < Flash<D>::cols; ++c)
       if (out_col<D>(c) < dv) o[out_col<D>(c)] = acc[i][c] / l[i];
-    if (tx == 0) lse[at.head * tq + row] = m[i] + logf(l[i]);
+    if (tx == 0) lse[hi * tq + row] = m[i] + logf(l[i]);
   }
 }
 
 // delta (rows,) = rowsum(dout * out) over dv columns, a thread a row: fused multiply-adds in
 // column order, tile_dots' arithmetic, so that where out = v exactly (a row that sees one key)
 // dP - delta is exactly 0, as on the CPU (Note [attention arithmetic]). Stored in the f64 scratch.
-__global__ void flash_delta_kernel(const float* out, const float* dout, double* delta, int64_t rows, int dv) {
+__global__ void flash_delta_kernel(const float* out, const float* dout, double* delta, const kernels::AttentionLayout at) {
+  const int64_t rows = at.B * at.H * at.Tq;
   for (int64_t row = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; row < rows; row += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t at_row = row_at(at.out, at.H, row / at.Tq, row % at.Tq);  // dout shares out's layout
+    const float *g = dout + at_row, *o = out + at_row;
     float s = 0.f;
-    for (int c = 0; c < dv; ++c) s = fmaf(dout[row * dv + c], out[row * dv + c], s);
+    int c = 0;
+    if (reinterpret_cast<uintptr_t>(g) % 16 == 0 && reinterpret_cast<uintptr_t>(o) % 16 == 0)
+      for (; c + 4 <= at.dv; c += 4) {  // the same order, four columns a load
+        const float4 a = *reinterpret_cast<const float4*>(g + c), b = *reinterpret_cast<const float4*>(o + c);
+        s = fmaf(a.x, b.x, s);
+        s = fmaf(a.y, b.y, s);
+        s = fmaf(a.z, b.z, s);
+        s = fmaf(a.w, b.w, s);
+      }
+    for (; c < at.dv; ++c) s = fmaf(g[c], o[c], s);
     delta[row] = s;
   }
 }
 
-// dk (B*H, Tk, d), dv (B*H, Tk, dv): a block per (b, h) and 64 keys, K and V resident, the query
-// tiles streaming (Note [flash attention]).
+// dk (B, H, Tk, d), dv (B, H, Tk, dv) through their layouts: a block per (b, h) and 64 keys, K and
+// V resident, the query tiles streaming (Note [flash attention]).
+// Two blocks a multiprocessor where their shared memory allows (D = 64): at most 128 registers a
+// thread, which this kernel's two sets of accumulators would otherwise pass.
 template <int D>
-__global__ void __launch_bounds__(kFlashThreads)
+__global__ void __launch_bounds__(kFlashThreads, D == 64 ? 2 : 1)
     flash_dkdv_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
-                      const double* delta, float* dk, float* dv_out, int64_t tq, int64_t tk, int d, int dv, bool causal,
-                      float scale, int64_t tiles) {
+                      const double* delta, float* dk, float* dv_out, const kernels::AttentionLayout at, bool causal,
+                      float scale, int64_t tiles, float* ds_out, int64_t query_tiles) {
+  const int64_t tq = at.Tq, tk = at.Tk, H = at.H;
+  const int d = static_cast<int>(at.d), dv = static_cast<int>(at.dv);
   extern __shared__ float4 shared4[];
   __shared__ float lse_s[kTile], delta_s[kTile];
   float* Ks = reinterpret_cast<float*>(shared4);
@@ -273,20 +298,26 @@ __global__ void __launch_bounds__(kFlashThreads)
   float* Gs = Qs + Flash<D>::tile;  // dout
   float* Ps = Gs + Flash<D>::tile;  // P^T, then dS^T
   const int ty = thread_row(), tx = thread_col();
-  const TileOf at = tile_of(tiles, false);  // causal: the first key tiles see the most queries
-  const int64_t k0 = at.first;
-  load_keys<D>(Ks, Vs, k, v, at.head, tk, k0, d, dv);
+  const TileOf tile = tile_of(tiles, false);  // causal: the first key tiles see the most queries
+  const int64_t k0 = tile.first, hi = tile.head;
+  load_rows<D>(Ks, k, at.k, H, hi, k0, tk, d);
+  load_rows<D>(Vs, v, at.v, H, hi, k0, tk, dv);
   float gk[4][Flash<D>::cols] = {}, gv[4][Flash<D>::cols] = {};
   for (int64_t q0 = causal ? k0 : 0; q0 < tq; q0 += kTile) {
     __syncthreads();  // the last tile's readers are done
     const int64_t nq = std::min<int64_t>(kTile, tq - q0);
-    load_tile<D>(Qs, q + (at.head * tq + q0) * d, nq, d);
-    load_tile<D>(Gs, dout + (at.head * tq + q0) * dv, nq, dv);
+    load_rows<D>(Qs, q, at.q, H, hi, q0, tq, d);
+    load_rows<D>(Gs, dout, at.out, H, hi, q0, tq, dv);
     if (threadIdx.x < kTile) {
-      lse_s[threadIdx.x] = threadIdx.x < nq ? lse[at.head * tq + q0 + threadIdx.x] : 0.f;
-      delta_s[threadIdx.x] = threadIdx.x < nq ? static_cast<float>(delta[at.head * tq + q0 + threadIdx.x]) : 0.f;
+      lse_s[threadIdx.x] = threadIdx.x < nq ? lse[hi * tq + q0 + threadIdx.x] : 0.f;
+      delta_s[threadIdx.x] = threadIdx.x < nq ? static_cast<float>(delta[hi * tq + q0 + threadIdx.x]) : 0.f;
     }
     __syncthreads();
+    // whether the thread's key i sees its query j
+    auto sees = [&](int i, int j) {
+      const int64_t key = k0 + 4 * ty + i, query = q0 + tx + 16 * j;
+      return key < tk && query < tq && (!causal || key <= query);
+    };
     float p[4][4] = {}, ds[4][4] = {};
     tile_dots<D>(Ks, Qs, p);   // K[key] . Q[query]
     tile_dots<D>(Vs, Gs, ds);  // V[key] . dO[query] = dP^T
@@ -294,9 +325,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int64_t key = k0 + 4 * ty + i, query = q0 + tx + 16 * j;
-        const bool seen = key < tk && query < tq && (!causal || key <= query);
-        p[i][j] = seen ? expf(p[i][j] * scale - lse_s[tx + 16 * j]) : 0.f;
+        p[i][j] = sees(i, j) ? expf(p[i][j] * scale - lse_s[tx + 16 * j]) : 0.f;
         Ps[(4 * ty + i) * kLdP + tx + 16 * j] = p[i][j];
       }
     __syncthreads();
@@ -310,6 +339,13 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 4; ++j) Ps[(4 * ty + i) * kLdP + tx + 16 * j] = ds[i][j];
+    if (ds_out) {  // the tile of dS^T for flash_dq_from_ds_kernel (Note [dS kept]): 0 where unseen, as there
+      float* kept = ds_out + ((hi * tiles + k0 / kTile) * query_tiles + q0 / kTile) * (kTile * kTile);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) kept[(4 * ty + i) * kTile + tx + 16 * j] = sees(i, j) ? ds[i][j] : 0.f;
+    }
     __syncthreads();
     tile_pv<D>(Ps, Qs, gk);  // dK += dS^T Q (times scale at the end)
   }
@@ -320,19 +356,35 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
     for (int c = 0; c < Flash<D>::cols; ++c) {
       const int col = out_col<D>(c);
-      if (col < d) dk[(at.head * tk + key) * d + col] = gk[i][c] * scale;
-      if (col < dv) dv_out[(at.head * tk + key) * dv + col] = gv[i][c];
+      if (col < d) dk[row_at(at.dk, H, hi, key) + col] = gk[i][c] * scale;
+      if (col < dv) dv_out[row_at(at.dv_, H, hi, key) + col] = gv[i][c];
     }
   }
 }
 
-// dq (B*H, Tq, d): a block per (b, h) and 64 query rows, Q and dO resident, the key tiles
-// streaming (Note [flash attention]).
+// dq's rows [q0, q0 + 64) of head hi = the thread's accumulators times scale.
+template <int D>
+__device__ void store_dq(float* dq, kernels::HeadRows rows, int64_t H, int64_t tq, int d, int64_t hi, int64_t q0,
+                         const float (&gq)[4][Flash<D>::cols], float scale) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t row = q0 + 4 * thread_row() + i;
+    if (row >= tq) continue;
+#pragma unroll
+    for (int c = 0; c < Flash<D>::cols; ++c)
+      if (out_col<D>(c) < d) dq[row_at(rows, H, hi, row) + out_col<D>(c)] = gq[i][c] * scale;
+  }
+}
+
+// dq (B, H, Tq, d) through its layout: a block per (b, h) and 64 query rows, Q and dO resident,
+// the key tiles streaming (Note [flash attention]).
 template <int D>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_dq_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
-                    const double* delta, float* dq, int64_t tq, int64_t tk, int d, int dv, bool causal, float scale,
+                    const double* delta, float* dq, const kernels::AttentionLayout at, bool causal, float scale,
                     int64_t tiles) {
+  const int64_t tq = at.Tq, tk = at.Tk, H = at.H;
+  const int d = static_cast<int>(at.d), dv = static_cast<int>(at.dv);
   extern __shared__ float4 shared4[];
   float* Qs = reinterpret_cast<float*>(shared4);
   float* Gs = Qs + Flash<D>::tile;  // dout
@@ -340,21 +392,22 @@ __global__ void __launch_bounds__(kFlashThreads)
   float* Vs = Ks + Flash<D>::tile;
   float* Ps = Vs + Flash<D>::tile;  // dS
   const int ty = thread_row(), tx = thread_col();
-  const TileOf at = tile_of(tiles, causal);
-  const int64_t q0 = at.first, nq = std::min<int64_t>(kTile, tq - q0);
-  load_tile<D>(Qs, q + (at.head * tq + q0) * d, nq, d);
-  load_tile<D>(Gs, dout + (at.head * tq + q0) * dv, nq, dv);
+  const TileOf tile = tile_of(tiles, causal);
+  const int64_t q0 = tile.first, hi = tile.head;
+  load_rows<D>(Qs, q, at.q, H, hi, q0, tq, d);
+  load_rows<D>(Gs, dout, at.out, H, hi, q0, tq, dv);
   float lse_r[4], delta_r[4], gq[4][Flash<D>::cols] = {};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int64_t row = q0 + 4 * ty + i;
-    lse_r[i] = row < tq ? lse[at.head * tq + row] : 0.f;
-    delta_r[i] = row < tq ? static_cast<float>(delta[at.head * tq + row]) : 0.f;
+    lse_r[i] = row < tq ? lse[hi * tq + row] : 0.f;
+    delta_r[i] = row < tq ? static_cast<float>(delta[hi * tq + row]) : 0.f;
   }
   const int64_t keys = causal ? std::min<int64_t>(tk, q0 + kTile) : tk;
   for (int64_t k0 = 0; k0 < keys; k0 += kTile) {
     __syncthreads();  // the last tile's readers are done
-    load_keys<D>(Ks, Vs, k, v, at.head, tk, k0, d, dv);
+    load_rows<D>(Ks, k, at.k, H, hi, k0, tk, d);
+    load_rows<D>(Vs, v, at.v, H, hi, k0, tk, dv);
     __syncthreads();
     float s[4][4] = {}, dp[4][4] = {};
     tile_dots<D>(Qs, Ks, s);
@@ -370,14 +423,48 @@ __global__ void __launch_bounds__(kFlashThreads)
     __syncthreads();
     tile_pv<D>(Ps, Ks, gq);  // dQ += dS K (times scale at the end)
   }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t row = q0 + 4 * ty + i;
-    if (row >= tq) continue;
-#pragma unroll
-    for (int c = 0; c < Flash<D>::cols; ++c)
-      if (out_col<D>(c) < d) dq[(at.head * tq + row) * d + out_col<D>(c)] = gq[i][c] * scale;
+  store_dq<D>(dq, at.dq, H, tq, d, hi, q0, gq, scale);
+}
+
+// Note [dS kept]
+// flash_dq_kernel recomputes S and dP to get dS, two products of its three. Where the whole of dS
+// fits a scratch of kKeptBytes, flash_dkdv_kernel stores each (64, 64) tile of dS^T it made and
+// flash_dq_from_ds_kernel reads them back: dQ = scale dS K, one product. The tiles hold the bits
+// flash_dq_kernel would have computed (the same operations on the same operands, 0 where a key is
+// unseen), and dQ sums them over the keys in the same order, so either way gives the same dq.
+// TAPEGRAD_ATTENTION_KEPT_BYTES=N sets another bound (0: never keep), for the tests that compare the two.
+constexpr size_t kKeptBytes = size_t{256} << 20;
+
+double kept_bound() {
+  const char* env = std::getenv("TAPEGRAD_ATTENTION_KEPT_BYTES");
+  return env && *env ? std::strtod(env, nullptr) : static_cast<double>(kKeptBytes);
+}
+
+// dq (B, H, Tq, d) through its layout from the kept tiles of dS^T (Note [dS kept]): a block per
+// (b, h) and 64 query rows, the key tiles streaming with their tiles of dS.
+template <int D>
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_dq_from_ds_kernel(const float* k, const float* ds, float* dq, const kernels::AttentionLayout at, bool causal,
+                            float scale, int64_t tiles, int64_t key_tiles) {
+  extern __shared__ float4 shared4[];
+  float* Ks = reinterpret_cast<float*>(shared4);
+  float* Ps = Ks + Flash<D>::tile;  // dS, a row per query
+  const int ty = thread_row();
+  const int64_t tq = at.Tq, tk = at.Tk, H = at.H;
+  const int d = static_cast<int>(at.d);
+  const TileOf tile = tile_of(tiles, causal);
+  const int64_t q0 = tile.first, hi = tile.head;
+  float gq[4][Flash<D>::cols] = {};
+  const int64_t keys = causal ? std::min<int64_t>(tk, q0 + kTile) : tk;
+  for (int64_t k0 = 0; k0 < keys; k0 += kTile) {
+    __syncthreads();  // the last tile's readers are done
+    load_rows<D>(Ks, k, at.k, H, hi, k0, tk, d);
+    const float* kept = ds + ((hi * key_tiles + k0 / kTile) * tiles + q0 / kTile) * (kTile * kTile);
+    for (int e = threadIdx.x; e < kTile * kTile; e += kFlashThreads) Ps[(e % kTile) * kLdP + e / kTile] = kept[e];
+    __syncthreads();
+    tile_pv<D>(Ps, Ks, gq);  // dQ += dS K (times scale at the end)
   }
+  store_dq<D>(dq, at.dq, H, tq, d, hi, q0, gq, scale);
 }
 
 // ----------------------------------------------------------------------------
@@ -572,6 +659,7 @@ struct Sizes {
   int64_t heads, tq, tk, d, dv;
   Sizes(const Tensor& q, const Tensor& v)
       : heads(q.dim(0) * q.dim(1)), tq(q.dim(2)), tk(v.dim(2)), d(q.dim(3)), dv(v.dim(3)) {}
+  explicit Sizes(const kernels::AttentionLayout& at) : heads(at.B * at.H), tq(at.Tq), tk(at.Tk), d(at.d), dv(at.dv) {}
   // The flash kernels' D (64 or 128) for f32 heads that fit, else 0 (the reference kernels).
   int flash_head(DType t) const {
     if (t != DType::f32 || d > kFlashMaxHead || dv > kFlashMaxHead) return 0;
@@ -590,51 +678,67 @@ unsigned flash_grid(const Sizes& n, int64_t rows, int64_t* tiles) {
   return static_cast<unsigned>(n.heads * *tiles);
 }
 
+// The kernel may take `bytes` of dynamic shared memory, and the multiprocessor gives shared memory
+// all of its carve-out, so that as many blocks fit as the registers allow.
 template <class Kernel>
 void allow_shared(Kernel kernel, size_t bytes) {
   TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
 }
 
 template <int D>
-void flash_forward(const Sizes& n, const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
-                   Tensor& out, Tensor& lse) {
+void flash_forward(const Sizes& n, const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at,
+                   bool causal, double scale, Tensor& out, Tensor& lse) {
   int64_t tiles = 0;
   const unsigned grid = flash_grid(n, n.tq, &tiles);
   const size_t bytes = flash_shared_bytes<D>(3);
   allow_shared(flash_forward_kernel<D>, bytes);
   flash_forward_kernel<D><<<grid, kFlashThreads, bytes, stream_for(q)>>>(
-      cdata<float>(q), cdata<float>(k), cdata<float>(v), mdata<float>(out), mdata<float>(lse), n.tq, n.tk,
-      static_cast<int>(n.d), static_cast<int>(n.dv), causal, static_cast<float>(scale), tiles);
+      cdata<float>(q), cdata<float>(k), cdata<float>(v), mdata<float>(out), mdata<float>(lse), at, causal,
+      static_cast<float>(scale), tiles);
   TG_CUDA_CHECK_LAUNCH();
 }
 
 template <int D>
 void flash_backward(const Sizes& n, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                    const Tensor& dout, const Tensor& lse, bool causal, double scale, Tensor& delta, Tensor& dq,
-                    Tensor& dk, Tensor& dv) {
+                    const Tensor& dout, const Tensor& lse, const kernels::AttentionLayout& at, bool causal,
+                    double scale, Tensor& delta, Tensor& dq, Tensor& dk, Tensor& dv) {
   const cudaStream_t stream = stream_for(q);
-  const int d = static_cast<int>(n.d), w = static_cast<int>(n.dv);
   const float s = static_cast<float>(scale);
   if (n.tq > 0) {
     flash_delta_kernel<<<blocks_for(n.heads * n.tq, 128), 128, 0, stream>>>(cdata<float>(out), cdata<float>(dout),
-                                                                            mdata<double>(delta), n.heads * n.tq, w);
+                                                                            mdata<double>(delta), at);
     TG_CUDA_CHECK_LAUNCH();
   }
   const size_t bytes = flash_shared_bytes<D>(4);
-  int64_t key_tiles = 0;
+  int64_t key_tiles = 0, query_tiles = 0;
   const unsigned key_grid = flash_grid(n, n.tk, &key_tiles);
+  const unsigned query_grid = n.tq > 0 ? flash_grid(n, n.tq, &query_tiles) : 0;
+  // dS kept for the dq kernel when it fits (Note [dS kept]); the counts are bounded by the grids'
+  const double kept_bytes = static_cast<double>(n.heads) * static_cast<double>(key_tiles) *
+                            static_cast<double>(query_tiles) * (kTile * kTile * sizeof(float));
+  Tensor kept;
+  if (n.tq > 0 && kept_bytes <= kept_bound())
+    kept = Tensor::empty(Shape{n.heads * key_tiles * query_tiles * kTile * kTile}, DType::f32, q.device());
   allow_shared(flash_dkdv_kernel<D>, bytes);
   flash_dkdv_kernel<D><<<key_grid, kFlashThreads, bytes, stream>>>(
       cdata<float>(q), cdata<float>(k), cdata<float>(v), cdata<float>(dout), cdata<float>(lse), cdata<double>(delta),
-      mdata<float>(dk), mdata<float>(dv), n.tq, n.tk, d, w, causal, s, key_tiles);
+      mdata<float>(dk), mdata<float>(dv), at, causal, s, key_tiles, kept.defined() ? mdata<float>(kept) : nullptr,
+      query_tiles);
   TG_CUDA_CHECK_LAUNCH();
   if (n.tq == 0) return;
-  int64_t query_tiles = 0;
-  const unsigned query_grid = flash_grid(n, n.tq, &query_tiles);
+  if (kept.defined()) {
+    const size_t kept_shared = flash_shared_bytes<D>(1);
+    allow_shared(flash_dq_from_ds_kernel<D>, kept_shared);
+    flash_dq_from_ds_kernel<D><<<query_grid, kFlashThreads, kept_shared, stream>>>(
+        cdata<float>(k), cdata<float>(kept), mdata<float>(dq), at, causal, s, query_tiles, key_tiles);
+    TG_CUDA_CHECK_LAUNCH();
+    return;
+  }
   allow_shared(flash_dq_kernel<D>, bytes);
   flash_dq_kernel<D><<<query_grid, kFlashThreads, bytes, stream>>>(
       cdata<float>(q), cdata<float>(k), cdata<float>(v), cdata<float>(dout), cdata<float>(lse), cdata<double>(delta),
-      mdata<float>(dq), n.tq, n.tk, d, w, causal, s, query_tiles);
+      mdata<float>(dq), at, causal, s, query_tiles);
   TG_CUDA_CHECK_LAUNCH();
 }
 
@@ -647,15 +751,40 @@ RefArgs<T> ref_args(const Sizes& n, const Tensor& q, const Tensor& k, const Tens
 
 }  // namespace
 
+bool attention_takes_layout(DType dtype, const kernels::AttentionLayout& at) {
+  return Sizes(at).flash_head(dtype) != 0;
+}
+
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at,
+                       bool causal, double scale, Tensor& out, Tensor& lse) {
+  const Sizes n(at);
+  if (n.heads * n.tq == 0) return;
+  switch (n.flash_head(q.dtype())) {
+    case 64: return flash_forward<64>(n, q, k, v, at, causal, scale, out, lse);
+    case 128: return flash_forward<128>(n, q, k, v, at, causal, scale, out, lse);
+    default: throw Error(std::string("[") + kOp + "] no CUDA kernel takes this layout (f32 heads up to 128 do)");
+  }
+}
+
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                        const Tensor& lse, const kernels::AttentionLayout& at, bool causal, double scale,
+                        Tensor& delta, Tensor& dq, Tensor& dk, Tensor& dv) {
+  const Sizes n(at);
+  if (n.heads == 0) return;
+  switch (n.flash_head(q.dtype())) {
+    case 64: return flash_backward<64>(n, q, k, v, out, dout, lse, at, causal, scale, delta, dq, dk, dv);
+    case 128: return flash_backward<128>(n, q, k, v, out, dout, lse, at, causal, scale, delta, dq, dk, dv);
+    default: throw Error(std::string("[") + kOp + "] no CUDA kernel takes this layout (f32 heads up to 128 do)");
+  }
+}
+
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale, Tensor& out,
                        Tensor& lse) {
   const Sizes n(q, v);
   if (n.heads * n.tq == 0) return;
-  switch (n.flash_head(q.dtype())) {
-    case 64: return flash_forward<64>(n, q, k, v, causal, scale, out, lse);
-    case 128: return flash_forward<128>(n, q, k, v, causal, scale, out, lse);
-    default: break;
-  }
+  if (n.flash_head(q.dtype()))
+    return cuda::attention_forward(q, k, v, kernels::AttentionLayout::contiguous(q.dim(0), q.dim(1), n.tq, n.tk, n.d, n.dv),
+                             causal, scale, out, lse);
   dispatch_float(kOp, q.dtype(), [&]<class T>() {
     attention_forward_ref_kernel<T><<<ref_blocks(n.heads * n.tq), kRefThreads, 0, stream_for(q)>>>(
         ref_args<T>(n, q, k, v, causal, scale, kOp), mdata<T>(out), mdata<T>(lse));
@@ -668,11 +797,10 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         Tensor& dv) {
   const Sizes n(q, v);
   if (n.heads == 0) return;
-  switch (n.flash_head(q.dtype())) {
-    case 64: return flash_backward<64>(n, q, k, v, out, dout, lse, causal, scale, delta, dq, dk, dv);
-    case 128: return flash_backward<128>(n, q, k, v, out, dout, lse, causal, scale, delta, dq, dk, dv);
-    default: break;
-  }
+  if (n.flash_head(q.dtype()))
+    return cuda::attention_backward(q, k, v, out, dout, lse,
+                              kernels::AttentionLayout::contiguous(q.dim(0), q.dim(1), n.tq, n.tk, n.d, n.dv), causal,
+                              scale, delta, dq, dk, dv);
   const char* op = "scaled_dot_product_attention_backward";
   dispatch_float(op, q.dtype(), [&]<class T>() {
     const RefArgs<T> a = ref_args<T>(n, q, k, v, causal, scale, op);

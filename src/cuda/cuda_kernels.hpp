@@ -21,6 +21,15 @@ using kernels::Unary;
 // elementwise.cu, strided.cu, linalg.cu, rows.cu, optim.cu, value_embed.cu
 #include "tapegrad/kernels/device_kernels.inc"
 
+// attention with operands anywhere in their tensors (attention.cu; kernels.hpp's layout facades):
+// the flash kernels' cases alone (f32, heads up to 128), which attention_takes_layout tells.
+bool attention_takes_layout(DType dtype, const kernels::AttentionLayout& at);
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at,
+                       bool causal, double scale, Tensor& out, Tensor& lse);
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                        const Tensor& lse, const kernels::AttentionLayout& at, bool causal, double scale,
+                        Tensor& delta, Tensor& dq, Tensor& dk, Tensor& dv);
+
 // binary's broadcasting path (strided.cu), which its flat path hands unequal shapes to
 void binary_walk(Binary op, const Tensor& a, const Tensor& b, Tensor& out);
 

@@ -143,6 +143,11 @@ cublasHandle_t cublas_for(DeviceContext& ctx) {
 
 }  // namespace
 
+// Note [one product]
+// A product with no batch axis goes to cublasGemmEx, the entry point PyTorch calls for it, so that
+// both get cuBLAS's choice of kernel for a plain GEMM: the strided-batched entry point, given a
+// batch of one, chooses by heuristics of its own.
+//
 // Row-major out (n, m) is column-major out^T (m, n) = op(b)^T (m, k) @ op(a)^T (k, n): cuBLAS sees
 // each row-major matrix as its column-major transpose, with the row length as leading dimension.
 // The plan's innermost batch axis that out keeps is one strided-batched call (a repeating operand
@@ -185,6 +190,14 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
         ob += index * p.stride_b[ax];
         oo += index * p.stride_out[ax];
         if (p.stride_out[ax] == 0 && index != 0) first = false;
+      }
+      if (count == 1) {  // one product: the plain GEMM, whose kernel choice is PyTorch's (Note [one product])
+        TG_CUBLAS_CHECK(cublas.gemm_ex(handle, p.tb ? CUBLAS_OP_T : CUBLAS_OP_N, p.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                       static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), &one,
+                                       cdata<T>(b) + ob, type, static_cast<int>(p.ldb), cdata<T>(a) + oa, type,
+                                       static_cast<int>(p.lda), first ? &zero : &one, mdata<T>(out) + oo, type,
+                                       static_cast<int>(p.m), compute, CUBLAS_GEMM_DEFAULT));
+        continue;
       }
       for (int64_t begin = 0; begin < count; begin += kMaxCount) {
         TG_CUBLAS_CHECK(cublas.gemm_strided_batched_ex(

@@ -1,5 +1,6 @@
 // CUDA log-softmax rows and the library's cross-entropy over them: the contracts of
-// src/kernels/cpu/log_softmax.cpp (Note [log-sum-exp rows] there), one block per row. The row
+// src/kernels/cpu/log_softmax.cpp (Note [log-sum-exp rows] there), one block per row (a warp per
+// row for short rows). The row
 // sums run over the block's threads and a fixed tree, so they are deterministic, but not in the
 // CPU's left-to-right order: results agree with the CPU's to rounding.
 #include "tapegrad/cuda/common.cuh"
@@ -44,6 +45,42 @@ __global__ void __launch_bounds__(kRowBlock) log_softmax_kernel(const T* x, T* y
   for (int64_t j = threadIdx.x; j < m; j += kRowBlock) s += static_cast<double>(kernels::exp_of(row[j] - t));
   const T log_s = static_cast<T>(kernels::log_of(block_reduce<false>(s, shared)));
   for (int64_t j = threadIdx.x; j < m; j += kRowBlock) out[j] = (row[j] - t) - log_s;
+}
+
+// Short rows (m <= kWarpRowMax, a character vocabulary's logits): a warp per row, kRowBlock / 32
+// rows a block. Lane l takes j = l, l + 32, ... in order; the 32 partials meet in a fixed
+// butterfly, so every lane holds the same result and every run gives the same bits.
+constexpr int64_t kWarpRowMax = 1024;
+
+__device__ inline double warp_max(double v) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const double o = __shfl_xor_sync(0xffffffffu, v, offset);
+    v = v != v || o != o ? (v != v ? v : o) : (o > v ? o : v);
+  }
+  return v;
+}
+__device__ inline double warp_sum(double v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRowBlock) log_softmax_warp_kernel(const T* x, T* y, int64_t n, int64_t m) {
+  const int64_t r = blockIdx.x * int64_t{kRowBlock / 32} + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (r >= n) return;  // the whole warp leaves together
+  const T* row = x + r * m;
+  T* out = y + r * m;
+  double top = -INFINITY;
+  for (int64_t j = lane; j < m; j += 32) {
+    const double v = row[j];
+    top = v != v || top != top ? (top != top ? top : v) : (v > top ? v : top);
+  }
+  const T t = static_cast<T>(warp_max(top));
+  double s = 0.0;
+  for (int64_t j = lane; j < m; j += 32) s += static_cast<double>(kernels::exp_of(row[j] - t));
+  const T log_s = static_cast<T>(kernels::log_of(warp_sum(s)));
+  for (int64_t j = lane; j < m; j += 32) out[j] = (row[j] - t) - log_s;
 }
 
 template <class T>
@@ -103,7 +140,13 @@ void log_softmax_rows(const Tensor& x, Tensor& y) {
   const int64_t n = x.dim(0), m = x.dim(1);
   if (n == 0 || m == 0) return;
   dispatch_float("log_softmax", x.dtype(), [&]<class T>() {
-    log_softmax_kernel<T><<<static_cast<unsigned>(n), kRowBlock, 0, stream_for(x)>>>(cdata<T>(x), mdata<T>(y), m);
+    if (m <= kWarpRowMax) {
+      constexpr int64_t rows = kRowBlock / 32;
+      log_softmax_warp_kernel<T><<<static_cast<unsigned>((n + rows - 1) / rows), kRowBlock, 0, stream_for(x)>>>(
+          cdata<T>(x), mdata<T>(y), n, m);
+    } else {
+      log_softmax_kernel<T><<<static_cast<unsigned>(n), kRowBlock, 0, stream_for(x)>>>(cdata<T>(x), mdata<T>(y), m);
+    }
     TG_CUDA_CHECK_LAUNCH();
   });
 }

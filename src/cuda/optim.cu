@@ -1,9 +1,13 @@
 // CUDA optimizer updates, in place: SGD, SGD with momentum, the AdamW of docs/bob.md, "Learner"
-// (one launch for up to 16 parameters), and the sum of squares clip_grad_norm reads.
+// (one launch for up to 16 parameters), and clip_grad_norm's sums of squares and scaling (two
+// launches and one for up to 48 tensors).
 //
 // Rule: per element, the CPU kernel's arithmetic in its order (src/kernels/cpu/elementwise.cpp),
 // rounded after every operation (--fmad=false), with the scalars the CPU derives computed the
 // same way on the host; so parameters and moments equal the CPU's bit for bit.
+#include <type_traits>
+#include <vector>
+
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
 
@@ -71,9 +75,44 @@ __global__ void sgd_momentum_kernel(T* param, const T* grad, T* buf, kernels::SG
     e.update(param[i], grad[i], buf ? buf + i : nullptr);
 }
 
-// Note [sum of squares order] (optim_ops.hpp). A thread is a lane: it adds the squares of
-// x[lane], x[lane + lanes], ... in double; each block of kSquaresBlock lanes then adds its lanes
-// pairwise into partials[block]. Threads past `lanes` hold +0.
+// clip_grad_norm's kernels: up to kClipGroup tensors (f32 or f64, mixed) served by one launch
+// ("multi-tensor apply", as AdamWGroup): tensor k gets the blocks
+// [first_block[k], first_block[k + 1]). A block's tensor decides its dtype, so no warp diverges on
+// it. 48 tensors keep the struct well under the 4 KiB that a kernel's parameters may take.
+constexpr int kClipGroup = 48;
+struct ClipGroup {
+  void* x[kClipGroup];
+  int64_t n[kClipGroup];
+  int64_t lanes[kClipGroup];  // the sum of squares' lanes, sum_squares_lanes(n[k]); unused by scale_many
+  unsigned first_block[kClipGroup + 1];
+  bool f64[kClipGroup];
+  int count;
+
+  // Appends a tensor given `blocks` blocks; true when the group is then full.
+  bool add(void* data, int64_t elements, bool is_f64, int64_t lane_count, unsigned blocks) {
+    const int k = count++;
+    x[k] = data;
+    n[k] = elements;
+    lanes[k] = lane_count;
+    f64[k] = is_f64;
+    first_block[k + 1] = first_block[k] + blocks;
+    return count == kClipGroup;
+  }
+  unsigned blocks() const { return first_block[count]; }
+  // The tensor block b works on.
+  __device__ int member(unsigned b) const {
+    int k = 0;
+    while (k + 1 < count && b >= first_block[k + 1]) ++k;
+    return k;
+  }
+};
+static_assert(sizeof(ClipGroup) + 64 <= 4096, "a group and the kernel's other parameters fit in 4 KiB");
+
+// Note [sum of squares order] (optim_ops.hpp), two launches for a group of tensors. Lanes kernel:
+// tensor k has lanes[k] / kSquaresBlock blocks (at least one); a thread is a lane, adding the
+// squares of x[lane], x[lane + lanes], ... in double; each block adds its lanes pairwise into
+// partials[block] (threads past `lanes` hold +0). Partials kernel: block k adds tensor k's
+// partials pairwise into out[k]. A tensor's bits do not depend on the group it is in.
 constexpr int kSquaresBlock = 256;
 constexpr int kSquaresPartials = 1024;  // sum_squares_lanes(n) / kSquaresBlock at most
 
@@ -86,27 +125,50 @@ __device__ inline void pairwise_tree(double* tree) {
   __syncthreads();
 }
 
+// One lane's sum: the squares of x[lane], x[lane + lanes], ... (n,) in double; +0 past `lanes`.
 template <class T>
-__global__ void sum_squares_lanes_kernel(const T* x, int64_t n, int64_t lanes, double* partials) {
-  __shared__ double tree[kSquaresBlock];
-  const int64_t lane = blockIdx.x * int64_t{kSquaresBlock} + threadIdx.x;
+__device__ double lane_sum_of_squares(const T* x, int64_t n, int64_t lanes, int64_t lane) {
   double acc = 0.0;
   if (lane < lanes)
     for (int64_t i = lane; i < n; i += lanes) {
       const double v = static_cast<double>(x[i]);
       acc = acc + v * v;
     }
-  tree[threadIdx.x] = acc;
+  return acc;
+}
+
+// partials (the group's blocks,): each block's pairwise sum of its kSquaresBlock lanes
+__global__ void sum_squares_lanes_kernel(ClipGroup group, double* partials) {
+  __shared__ double tree[kSquaresBlock];
+  const int k = group.member(blockIdx.x);
+  const int64_t lane = (blockIdx.x - group.first_block[k]) * int64_t{kSquaresBlock} + threadIdx.x;
+  const int64_t n = group.n[k], lanes = group.lanes[k];
+  tree[threadIdx.x] = group.f64[k] ? lane_sum_of_squares(static_cast<const double*>(group.x[k]), n, lanes, lane)
+                                   : lane_sum_of_squares(static_cast<const float*>(group.x[k]), n, lanes, lane);
   pairwise_tree(tree);
   if (threadIdx.x == 0) partials[blockIdx.x] = tree[0];
 }
 
-// out[slot] = the pairwise tree over partials[0 .. count), padded with +0 to kSquaresPartials.
-__global__ void sum_squares_partials_kernel(const double* partials, int count, double* out, int64_t slot) {
+// out (count,)[k] = the pairwise tree over tensor k's partials, padded with +0 to kSquaresPartials.
+__global__ void sum_squares_partials_kernel(ClipGroup group, const double* partials, double* out) {
   __shared__ double tree[kSquaresPartials];
-  tree[threadIdx.x] = static_cast<int>(threadIdx.x) < count ? partials[threadIdx.x] : 0.0;
+  const unsigned begin = group.first_block[blockIdx.x], count = group.first_block[blockIdx.x + 1] - begin;
+  tree[threadIdx.x] = threadIdx.x < count ? partials[begin + threadIdx.x] : 0.0;
   pairwise_tree(tree);
-  if (threadIdx.x == 0) out[slot] = tree[0];
+  if (threadIdx.x == 0) out[blockIdx.x] = tree[0];
+}
+
+// x (n,) = x * s for every tensor of the group, s rounded to its dtype (scale_kernel's product)
+template <class T>
+__device__ void scale_in_place(T* x, T s, int64_t n, int64_t begin, int64_t stride) {
+  for (int64_t i = begin; i < n; i += stride) x[i] = x[i] * s;
+}
+__global__ void scale_many_kernel(ClipGroup group, float s32, double s64) {
+  const int k = group.member(blockIdx.x);
+  const int64_t begin = (blockIdx.x - group.first_block[k]) * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t stride = int64_t{group.first_block[k + 1] - group.first_block[k]} * blockDim.x;
+  if (group.f64[k]) scale_in_place(static_cast<double*>(group.x[k]), s64, group.n[k], begin, stride);
+  else scale_in_place(static_cast<float*>(group.x[k]), s32, group.n[k], begin, stride);
 }
 
 // ----------------------------------------------------------------------------
@@ -160,18 +222,68 @@ void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& buf, const ker
   });
 }
 
-void sum_squares(const Tensor& x, Tensor& out, int64_t slot) {
-  const int64_t n = x.numel(), lanes = kernels::sum_squares_lanes(n);
-  const int blocks = static_cast<int>(std::max<int64_t>(1, lanes / kSquaresBlock));
-  Tensor partials = Tensor::empty(Shape{blocks}, DType::f64, x.device());
-  const cudaStream_t stream = stream_for(x);
-  dispatch_float("sum_squares", x.dtype(), [&]<class T>() {
-    sum_squares_lanes_kernel<<<blocks, kSquaresBlock, 0, stream>>>(cdata<T>(x), n, lanes, mdata<double>(partials));
+namespace {
+
+// true for f64, false for f32, else dispatch_float's error naming op
+bool is_f64(const char* op, DType t) {
+  bool f64 = false;
+  dispatch_float(op, t, [&]<class T>() { f64 = std::is_same_v<T, double>; });
+  return f64;
+}
+
+// out (xs.size(),) = the sums of squares of xs, all on out's device: two launches a group.
+void sum_squares_into(const char* op, const std::vector<const Tensor*>& xs, const Tensor& out_device, double* out) {
+  std::vector<int64_t> lanes(xs.size());
+  int64_t total = 0;  // the partials of every tensor: at most kSquaresPartials each
+  for (size_t i = 0; i < xs.size(); ++i) {
+    lanes[i] = kernels::sum_squares_lanes(xs[i]->numel());
+    total += std::max<int64_t>(1, lanes[i] / kSquaresBlock);
+  }
+  Tensor partials = Tensor::empty(Shape{total}, DType::f64, out_device.device());
+  double* p = mdata<double>(partials);
+  const cudaStream_t stream = stream_for(out_device);
+  ClipGroup group{};
+  auto launch = [&] {
+    sum_squares_lanes_kernel<<<group.blocks(), kSquaresBlock, 0, stream>>>(group, p);
     TG_CUDA_CHECK_LAUNCH();
-  });
-  sum_squares_partials_kernel<<<1, kSquaresPartials, 0, stream>>>(cdata<double>(partials), blocks,
-                                                                 mdata<double>(out), slot);
-  TG_CUDA_CHECK_LAUNCH();
+    sum_squares_partials_kernel<<<group.count, kSquaresPartials, 0, stream>>>(group, p, out);
+    TG_CUDA_CHECK_LAUNCH();
+    p += group.blocks();
+    out += group.count;
+    group = ClipGroup{};
+  };
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const unsigned blocks = static_cast<unsigned>(std::max<int64_t>(1, lanes[i] / kSquaresBlock));
+    if (group.add(xs[i]->raw_data(), xs[i]->numel(), is_f64(op, xs[i]->dtype()), lanes[i], blocks)) launch();
+  }
+  if (group.count > 0) launch();
+}
+
+}  // namespace
+
+void sum_squares(const Tensor& x, Tensor& out, int64_t slot) {
+  sum_squares_into("sum_squares", {&x}, out, mdata<double>(out) + slot);
+}
+
+void sum_squares_many(const std::vector<const Tensor*>& xs, Tensor& out) {
+  sum_squares_into("sum_squares_many", xs, out, mdata<double>(out));
+}
+
+void scale_many(const std::vector<Tensor*>& xs, double s) {
+  ClipGroup group{};
+  cudaStream_t stream = nullptr;
+  auto launch = [&] {
+    scale_many_kernel<<<group.blocks(), kBlock, 0, stream>>>(group, static_cast<float>(s), s);
+    TG_CUDA_CHECK_LAUNCH();
+    group = ClipGroup{};
+  };
+  for (Tensor* x : xs) {
+    const int64_t n = x->numel();
+    if (n == 0) continue;
+    stream = stream_for(*x);
+    if (group.add(x->raw_data(), n, is_f64("scale_many", x->dtype()), 0, blocks_for(n))) launch();
+  }
+  if (group.count > 0) launch();
 }
 
 }  // namespace tapegrad::cuda

@@ -174,20 +174,20 @@ __global__ void scatter_ranked_kernel(T* dst, const I* ids, const T* rows, int b
 }
 
 // Note [scatter by row]
-// For a small table (rows * B <= 2^22: a byte table and a batch of a few hundred ids, say) one warp
-// per (destination row, 32 columns) has a shorter critical path still. Each block copies the B ids
-// into shared memory once (and block (0, 0) records a bad one); each warp then finds its row's
-// positions in increasing order, 32 ids a ballot: the hits of one ballot take their slots in the
-// warp's buffer of 64 at once (n + the hits below them), and whenever 32 are buffered the warp
+// For a small table (rows * B <= 2^22: a character table and a batch of 16384 ids, say) one warp
+// per (destination row, 32 columns) has a shorter critical path still. Each block copies the ids
+// into shared memory, 1024 at a time (and block (0, 0) records a bad one); each warp then finds its
+// row's positions in increasing order, 32 ids a ballot: the hits of one ballot take their slots in
+// the warp's buffer of 64 at once (n + the hits below them), and whenever 32 are buffered the warp
 // loads those 32 rows of the gradient together and adds them in order: the CPU's sum, bit for
-// bit. Every warp reads every id (hence the limit), nothing waits on another warp, and a row with
-// k hits waits for memory ceil(k / 32) times. A row no id points at is left alone, or written as
-// zeros into a fresh gradient.
+// bit. Every warp reads every id (hence the limit), nothing waits on another warp but for the
+// next 1024 ids, and a row with k hits waits for memory ceil(k / 32) times. A row no id points at
+// is left alone, or written as zeros into a fresh gradient.
 //
 // Keep this kernel small. An earlier version held the ids in registers and unrolled the walk over
 // them: hundreds of KB of machine code, and the kernel spent most of its time fetching instructions,
 // not loading or adding (docs/cuda.md, "Measurements behind the source comments", has the timings).
-constexpr int kByRowMaxB = 1024;                     // ids a block holds in shared memory
+constexpr int kByRowChunk = 1024;                    // ids a block holds in shared memory at a time
 constexpr int64_t kByRowMaxWork = int64_t{1} << 22;  // rows * B, at most
 constexpr int kByRowWarps = 8;                       // warps (rows) a block
 
@@ -195,23 +195,16 @@ template <class T, class I>
 __global__ void __launch_bounds__(kByRowWarps* kWarp)
     scatter_by_row_kernel(T* dst, const I* ids, const T* rows, int b, int64_t d, int64_t nrows, bool overwrite,
                           bool fresh, ErrorSite site) {
-  __shared__ int id[kByRowMaxB];                     // -1 for a bad id
+  __shared__ int id[kByRowChunk];                    // -1 for a bad id
   __shared__ int hits[kByRowWarps][2 * kWarp];       // a warp's buffered positions, in order
   chain_start();
-  for (int i = threadIdx.x; i < b; i += blockDim.x) {
-    const int64_t v = static_cast<int64_t>(ids[i]);
-    const bool bad = v < 0 || v >= nrows;
-    if (bad && blockIdx.x == 0 && blockIdx.y == 0) record_error(site, ErrorKind::index_out_of_range, i, v);
-    id[i] = bad ? -1 : static_cast<int>(v);
-  }
-  __syncthreads();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t r = blockIdx.y * int64_t{kByRowWarps} + warp;
-  if (r >= nrows) return;  // the whole warp
+  const bool mine = r < nrows;  // the same in the whole warp; a warp past the last row only loads ids
   const int64_t col = blockIdx.x * int64_t{kWarp} + lane;
   const int64_t c = col < d ? col : d - 1;  // lanes past the last column load it and store nothing
   int* h = hits[warp];
-  T acc = fresh ? T(0) : dst[r * d + c];
+  T acc = fresh || !mine ? T(0) : dst[r * d + c];
   bool touched = false;
   int n = 0;  // buffered positions (the same in every lane)
   auto add = [&](int count) {  // the first count <= 32 buffered rows: loads in flight together, then the adds in order
@@ -225,22 +218,36 @@ __global__ void __launch_bounds__(kByRowWarps* kWarp)
   };
   const unsigned below = (1u << lane) - 1;
 #pragma unroll 1
-  for (int base = 0; base < b; base += kWarp) {
-    const bool hit = base + lane < b && id[base + lane] == r;
-    const unsigned match = __ballot_sync(0xffffffffu, hit);
-    if (hit) h[n + __popc(match & below)] = base + lane;
-    n += __popc(match);
-    touched = touched || match != 0;
-    __syncwarp();
-    if (n >= kWarp) {
-      add(kWarp);
-      n -= kWarp;
-      const int carried = h[kWarp + lane];
+  for (int first = 0; first < b; first += kByRowChunk) {
+    const int len = min(kByRowChunk, b - first);
+    __syncthreads();  // every warp is done with the previous ids
+    for (int i = threadIdx.x; i < len; i += blockDim.x) {
+      const int64_t v = static_cast<int64_t>(ids[first + i]);
+      const bool bad = v < 0 || v >= nrows;
+      if (bad && blockIdx.x == 0 && blockIdx.y == 0) record_error(site, ErrorKind::index_out_of_range, first + i, v);
+      id[i] = bad ? -1 : static_cast<int>(v);
+    }
+    __syncthreads();
+    if (!mine) continue;
+#pragma unroll 1
+    for (int base = 0; base < len; base += kWarp) {
+      const bool hit = base + lane < len && id[base + lane] == r;
+      const unsigned match = __ballot_sync(0xffffffffu, hit);
+      if (hit) h[n + __popc(match & below)] = first + base + lane;
+      n += __popc(match);
+      touched = touched || match != 0;
       __syncwarp();
-      if (lane < n) h[lane] = carried;
-      __syncwarp();
+      if (n >= kWarp) {
+        add(kWarp);
+        n -= kWarp;
+        const int carried = h[kWarp + lane];
+        __syncwarp();
+        if (lane < n) h[lane] = carried;
+        __syncwarp();
+      }
     }
   }
+  if (!mine) return;
   if (n > 0) add(n);
   if (col < d && (fresh || touched)) dst[r * d + col] = acc;
 }
@@ -467,7 +474,7 @@ void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overw
   dispatch_float("gather_backward", dst.dtype(), [&]<class T>() {
     dispatch_index("gather_backward", ids.dtype(), [&]<class I>() {
       const ErrorSite site = ctx.error_site("gather_backward", nrows, d);
-      if (b <= kByRowMaxB && nrows * b <= kByRowMaxWork) {
+      if (nrows * b <= kByRowMaxWork) {
         const dim3 grid(static_cast<unsigned>((d + kWarp - 1) / kWarp),
                         static_cast<unsigned>((nrows + kByRowWarps - 1) / kByRowWarps));
         launch_chained(scatter_by_row_kernel<T, I>, grid, kByRowWarps * kWarp, ctx.stream, mdata<T>(dst), cdata<I>(ids),
@@ -489,7 +496,7 @@ void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overw
 // and the plain scatter.
 void scatter_rows_fresh(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overwrite) {
   const int64_t nrows = dst.dim(0), d = dst.dim(1), b = ids.numel();
-  if (b == 0 || b > kByRowMaxB || nrows * b > kByRowMaxWork || d == 0) {
+  if (b == 0 || nrows * b > kByRowMaxWork || d == 0) {
     dst.zero_();
     scatter_rows(dst, ids, rows, overwrite);
     return;

@@ -1,6 +1,12 @@
 // Kernel facades: pick cpu:: or cuda:: by the inputs' device (see kernels.hpp).
 #include "tapegrad/kernels/kernels.hpp"
 
+#include <algorithm>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "tapegrad/config.hpp"
 #include "tapegrad/kernels/cpu/cpu_kernels.hpp"
 #include "tapegrad/kernels/matmul_plan.hpp"
@@ -231,6 +237,54 @@ void sum_squares(const Tensor& x, Tensor& out, int64_t slot) {
     throw Error("[sum_squares] slot " + std::to_string(slot) + " of " + out.shape().str() + " " +
                 dtype_name(out.dtype()) + ": the sums go into a 1-D f64 tensor with that slot");
   TG_DISPATCH("sum_squares", sum_squares(x, out, slot), &x, &out);
+}
+
+// ---- multi-tensor gradient transforms
+namespace {
+
+// Each of xs defined, f32 or f64, and on the device of `first` (or of xs[0]); else an error naming
+// the tensor by its index in xs.
+template <class P>
+void check_float_tensors(const char* op, const std::vector<P>& xs, const Tensor* first) {
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& x = *xs[i];
+    const std::string which = std::string("[") + op + "] tensor " + std::to_string(i) + " of " +
+                              std::to_string(xs.size());
+    if (!x.defined()) throw Error(which + " is undefined");
+    if (x.dtype() != DType::f32 && x.dtype() != DType::f64)
+      throw Error(which + " is " + dtype_name(x.dtype()) + "; " + op + " takes f32 and f64 tensors");
+    (void)common_device(op, {first ? first : xs.front(), &x});
+  }
+}
+
+}  // namespace
+
+void sum_squares_many(const std::vector<const Tensor*>& xs, Tensor& out) {
+  const std::string k = std::to_string(xs.size());
+  if (!out.defined() || out.dtype() != DType::f64 || out.ndim() != 1 || out.numel() != static_cast<int64_t>(xs.size())) {
+    const std::string got = out.defined() ? out.shape().str() + " " + dtype_name(out.dtype()) : "undefined";
+    throw Error("[sum_squares_many] out is " + got + ": the sums of " + k + " tensors go into a (" + k + ",) f64 tensor");
+  }
+  check_float_tensors("sum_squares_many", xs, &out);
+  if (xs.empty()) return;
+  TG_DISPATCH("sum_squares_many", sum_squares_many(xs, out), &out);
+}
+
+void scale_many(const std::vector<Tensor*>& xs, double s) {
+  if (xs.empty()) return;
+  check_float_tensors("scale_many", xs, nullptr);
+  // Each scaled once: two tensors on the same bytes (a reshape of the other) would be scaled twice,
+  // and on CUDA by two blocks at once.
+  std::vector<std::pair<const void*, size_t>> bytes;
+  for (size_t i = 0; i < xs.size(); ++i)
+    if (xs[i]->numel() > 0) bytes.emplace_back(xs[i]->raw_data(), i);
+  std::sort(bytes.begin(), bytes.end());
+  const auto shared =
+      std::adjacent_find(bytes.begin(), bytes.end(), [](const auto& a, const auto& b) { return a.first == b.first; });
+  if (shared != bytes.end())
+    throw Error("[scale_many] tensors " + std::to_string(shared->second) + " and " +
+                std::to_string(std::next(shared)->second) + " share their bytes; list each tensor once");
+  TG_DISPATCH("scale_many", scale_many(xs, s), xs.front());
 }
 
 }  // namespace tapegrad::kernels

@@ -215,6 +215,31 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool c
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                         const Tensor& lse, bool causal, double scale, Tensor& delta, Tensor& dq, Tensor& dk,
                         Tensor& dv);
+// The same two with the operands anywhere in their tensors (Note [attention layouts] in
+// src/kernels/attention.cpp): element (b, h, t, c) of the (B, H, T, w) operand X at
+// X.offset + b X.batch + h X.head + t X.row + c of its tensor. dout is read through out's layout;
+// lse and delta stay contiguous (B, H, Tq). The operands may share a tensor (q, k and v the three
+// thirds of one (B, T, 3C) projection; dq, dk and dv those of its gradient); the written ones
+// must not overlap each other or what is read.
+struct HeadRows {
+  int64_t offset = 0, batch = 0, head = 0, row = 0;
+  View view(int64_t B, int64_t H, int64_t T, int64_t w) const;  // as a (B, H, T, w) View
+};
+struct AttentionLayout {
+  int64_t B = 0, H = 0, Tq = 0, Tk = 0, d = 0, dv = 0;
+  HeadRows q, k, v, out, dq, dk, dv_;
+  // (B, H, T, w) contiguous tensors, one per operand
+  static AttentionLayout contiguous(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t d, int64_t dv);
+  // q, k, v the thirds of one (B, T, 3C) tensor and out (B, T, C), C = H d: nanoGPT's projection
+  // before its split and head permutes; the gradients dq, dk, dv in thirds of a (B, T, 3C) one.
+  static AttentionLayout packed(int64_t B, int64_t T, int64_t H, int64_t d);
+  bool is_contiguous() const;
+};
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayout& at, bool causal,
+                       double scale, Tensor& out, Tensor& lse);
+void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                        const Tensor& lse, const AttentionLayout& at, bool causal, double scale, Tensor& delta,
+                        Tensor& dq, Tensor& dk, Tensor& dv);
 
 // ---- normalisation over the last axis and dropout (cpu/norm.cpp, src/cuda/norm.cu; the facades
 // in norm.cpp). x (..., C) is read as n = numel / C rows of C; mean and rstd are (n,) of x's dtype;
@@ -235,5 +260,14 @@ void norm_rows_backward(Norm kind, const Tensor& dy, const Tensor& x, const Tens
 // (philox.hpp: word i % 4 of the block of counter offset + i / 4 under key seed) is at least
 // dropout_threshold(p), else 0 (p = 1: m = 0 everywhere). The backward is the same call on dy.
 void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& y);
+
+// ---- multi-tensor gradient transforms (src/optim/clip.cpp): many tensors in one call, all on one
+// device, each f32 or f64 (the dtypes may be mixed). On CUDA a launch serves a group of up to 48
+// tensors ("multi-tensor apply") rather than one; on the CPU the single-tensor kernel runs on each
+// in turn.
+// out (k,) f64, out[i] = the sum of squares of xs[i]: the bits of sum_squares(*xs[i], out, i).
+void sum_squares_many(const std::vector<const Tensor*>& xs, Tensor& out);
+// x = x * s in place for every x of xs (no two sharing their bytes): the bits of scale(x, s, x).
+void scale_many(const std::vector<Tensor*>& xs, double s);
 
 }  // namespace tapegrad::kernels

@@ -182,29 +182,23 @@ CausalSelfAttention::CausalSelfAttention(Factory& f, int64_t d, int64_t h, doubl
   register_module("resid_dropout", resid_dropout);
 }
 
-// x (B, T, C) -> qkv (B, T, 3C) -> q, k, v (B, T, C) each; v += value_embed;
-// heads (B, T, C) -> (B, T, H, C/H) -> (B, H, T, C/H); y = attention(q, k, v, causal) (B, H, T, C/H)
-// -> (B, T, H, C/H) -> (B, T, C) -> c_proj -> dropout
+// x (B, T, C) -> qkv (B, T, 3C) -> q, k, v (B, T, C) each; v += value_embed; heads (B, H, T, C/H);
+// y = attention(q, k, v, causal) back to (B, T, C) -> c_proj -> dropout. The split, the head
+// permutes and the value add happen inside ops::qkv_attention, without copies.
 Var CausalSelfAttention::operator()(Var x, Var value_embed) {
   const auto in_scope = scope(x.graph());
   const Shape& s = x.shape();
   if (s.ndim() != 3 || s[2] != dim)
     throw Error(where() + "x must be (B, T, " + std::to_string(dim) + "), got " + s.str());
-  const int64_t B = s[0], T = s[1], C = dim, H = heads, hd = dim / heads;
-  std::vector<Var> qkv = ops::split(c_attn(x), {C, C, C}, 2);
-  Var q = qkv[0], k = qkv[1], v = qkv[2];
   if (value_embed.defined()) {
     const Shape& e = value_embed.shape();
     bool fits = e.ndim() <= 3;
     for (int i = 1; fits && i <= e.ndim(); ++i) fits = e[e.ndim() - i] == 1 || e[e.ndim() - i] == s[3 - i];
     if (!fits)
       throw Error(where() + "value_embed of shape " + e.str() + " does not broadcast to v's shape " + s.str());
-    v = v + value_embed;
   }
-  auto split_heads = [&](Var t) { return ops::transpose(ops::reshape(t, {B, T, H, hd}), 1, 2); };
-  Var y = ops::scaled_dot_product_attention(split_heads(q), split_heads(k), split_heads(v), /*causal=*/true);
-  y = ops::reshape(ops::transpose(labelled(y), 1, 2), {B, T, C});
-  return resid_dropout(c_proj(y));
+  Var y = ops::qkv_attention(c_attn(x), heads, /*causal=*/true, value_embed);
+  return resid_dropout(c_proj(labelled(y)));
 }
 
 // ---- Block: x + attn(ln_1(x)), then + mlp(ln_2(x))

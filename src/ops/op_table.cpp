@@ -54,6 +54,9 @@ const std::vector<OpInfo>& op_table() {
         {"scaled_dot_product_attention", "q (B, H, Tq, d), k (B, H, Tk, d), v (B, H, Tk, dv) -> (B, H, Tq, dv)",
          "y = softmax(s q k^T + causal mask) v per (B, H); s = 1/sqrt(d) by default",
          "P = exp(s q k^T - lse), dv = P^T dy, dS = P * (dy v^T - rowsum(dy * y)), dq = s dS k, dk = s dS^T q"},
+        {"qkv_attention", "qkv (B, T, 3C), value_add (broadcasts to (B, T, C)) or none -> (B, T, C)",
+         "q, k, v = thirds of qkv (v + value_add) as heads (B, H, T, C/H); y = the heads of causal attention, side by side",
+         "d qkv = (dq, dk, dv) of scaled_dot_product_attention side by side; d value_add = dv summed to its shape"},
         // ---- linear algebra of the N-d ops
         {"linear", "x (..., in), W (out, in), b (out,) or none -> (..., out)", "y = x @ W^T + b",
          "dx = dy @ W, dW = dy^T @ x, db = sum of dy, over every leading axis"},

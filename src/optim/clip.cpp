@@ -1,5 +1,6 @@
-// Gradient transforms (see clip.hpp): a device-side sum of squares per gradient, one read back
-// per device, and in-place scaling or clamping through the gradients' own bytes.
+// Gradient transforms (see clip.hpp): device-side sums of squares of all the gradients, one read
+// back per device, and in-place scaling or clamping through the gradients' own bytes; the sums and
+// the scaling are multi-tensor kernel calls, one per device.
 #include "tapegrad/optim/clip.hpp"
 
 #include <algorithm>
@@ -38,20 +39,29 @@ const Tensor& entries_of(const Var& p) {
   return sparse ? sparse->rows : p.grad();
 }
 
-double total_norm(const std::vector<Var>& params) {
-  // Per device (in order of first appearance): the sums of squares into one (k,) f64 tensor there,
-  // their exact sum (kernels::sum_all is correctly rounded in f64), one scalar read back.
-  std::vector<std::pair<Device, std::vector<const Tensor*>>> by_device;
-  for (const Var& p : params) {
-    const Tensor& e = entries_of(p);
-    auto it = std::find_if(by_device.begin(), by_device.end(), [&](const auto& d) { return d.first == e.device(); });
-    if (it == by_device.end()) it = by_device.insert(by_device.end(), {e.device(), {}});
-    it->second.push_back(&e);
+// The tensors grouped by device, in order of first appearance (a multi-tensor kernel takes one device).
+template <class P>
+std::vector<std::vector<P>> by_device(const std::vector<P>& tensors) {
+  std::vector<std::vector<P>> groups;
+  for (P t : tensors) {
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.front()->device() == t->device(); });
+    if (it == groups.end()) groups.push_back({t});
+    else it->push_back(t);
   }
+  return groups;
+}
+
+double total_norm(const std::vector<Var>& params) {
+  // Per device: the sums of squares into one (k,) f64 tensor there (one multi-tensor call), their
+  // exact sum (kernels::sum_all is correctly rounded in f64), one scalar read back.
+  std::vector<const Tensor*> entries;
+  for (const Var& p : params) entries.push_back(&entries_of(p));
   double sum = 0.0;
-  for (const auto& [device, entries] : by_device) {
-    Tensor sums = Tensor::empty(Shape{static_cast<int64_t>(entries.size())}, DType::f64, device);
-    for (size_t i = 0; i < entries.size(); ++i) kernels::sum_squares(*entries[i], sums, static_cast<int64_t>(i));
+  for (const std::vector<const Tensor*>& on_device : by_device(entries)) {
+    const Device device = on_device.front()->device();
+    Tensor sums = Tensor::empty(Shape{static_cast<int64_t>(on_device.size())}, DType::f64, device);
+    kernels::sum_squares_many(on_device, sums);
     Tensor total = Tensor::empty(Shape{}, DType::f64, device);
     kernels::sum_all(sums, total);
     sum += total.item();
@@ -65,10 +75,14 @@ void check_limit(const char* op, const char* name, double value) {
 }
 
 void scale_all(const std::vector<Var>& params, double factor) {
-  for (const Var& p : params) {
-    Tensor e = p.grad_entries_for_write();
-    kernels::scale(e, factor, e);
-  }
+  // Every gradient made its own first (grad_entries_for_write may copy), then one multi-tensor
+  // call per device.
+  std::vector<Tensor> entries;
+  entries.reserve(params.size());
+  for (const Var& p : params) entries.push_back(p.grad_entries_for_write());
+  std::vector<Tensor*> all;
+  for (Tensor& e : entries) all.push_back(&e);
+  for (const std::vector<Tensor*>& on_device : by_device(all)) kernels::scale_many(on_device, factor);
 }
 
 }  // namespace

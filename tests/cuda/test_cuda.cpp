@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -340,14 +341,15 @@ TEST_CASE("[gpu] gather and its scatter backward, with repeated ids") {
   }
 }
 
-// Note [ranked scatter] in src/cuda/rows.cu: up to 1024 ids are ranked in shared memory; beyond
-// that one thread per column walks them. Both must add in the CPU's order, so the CPU's bits.
-// Three kernels: a warp per row for small tables (12 rows here), the ranked kernel for larger ones
-// (5000 rows with 1000 ids), one thread per column past 1024 ids (Notes [scatter by row] and
-// [ranked scatter] in src/cuda/rows.cu).
+// Notes [scatter by row] and [ranked scatter] in src/cuda/rows.cu. Three kernels, each adding in
+// the CPU's order, so the CPU's bits: a warp per row while rows * B <= 2^22 (12 rows here, with ids
+// in several chunks of 1024 past B = 1024; 108 rows and 16384 ids, a character GPT's batch), the
+// ranked kernel for larger tables up to 1024 ids (5000 rows with 1000 ids), one thread per column
+// beyond (3000 rows with 2000 ids).
 TEST_CASE("[gpu] the scatter backward at batch sizes around the kernels' limits") {
   for (const auto& [table_rows, b] : std::vector<std::pair<int64_t, int64_t>>{
-           {12, 1}, {12, 7}, {12, 255}, {12, 1000}, {12, 1024}, {12, 1025}, {12, 3000}, {5000, 1000}, {5000, 300}}) {
+           {12, 1}, {12, 7}, {12, 255}, {12, 1000}, {12, 1024}, {12, 1025}, {12, 3000}, {108, 16384}, {5000, 1000},
+           {5000, 300}, {3000, 2000}}) {
     std::vector<int64_t> ids(static_cast<size_t>(b));
     std::uniform_int_distribution<int64_t> pick(0, 11);  // 12 distinct rows: long runs of repeated ids
     for (int64_t& id : ids) id = pick(rng) * (table_rows / 12);
@@ -853,6 +855,46 @@ TEST_CASE("[gpu] scaled_dot_product_attention at T = 300, hd = 64 and other size
   }
 }
 
+// Note [dS kept] in src/cuda/attention.cu: dq from the kept tiles of dS and dq recomputed give the
+// same bits, and qkv_attention (the operands in place, Note [attention layouts]) those of the
+// contiguous op on its gathered heads, on CUDA as on the CPU (tests/ops/test_attention.cpp).
+TEST_CASE("[gpu] attention's dq from the kept dS tiles has the recomputed dq's bits; qkv_attention the composite's") {
+  struct Size {
+    int64_t b, t, h, d;
+    bool causal;
+  };
+  for (const Size& s : {Size{2, 300, 3, 64, true}, Size{1, 130, 2, 64, false}, Size{2, 70, 2, 128, true}, Size{1, 65, 3, 7, true}}) {
+    const int64_t C = s.h * s.d;
+    const std::string what = "(B " + std::to_string(s.b) + ", T " + std::to_string(s.t) + ", H " + std::to_string(s.h) +
+                             ", d " + std::to_string(s.d) + ")" + (s.causal ? " causal" : "");
+    const Tensor x = random({s.b, s.t, 3 * C}, DType::f32, -1, 1), r = random({s.b, s.t, C}, DType::f32, -1, 1);
+    const Tensor add = random({s.t, C}, DType::f32, -1, 1);
+    auto run = [&](bool packed, const char* kept) {
+      setenv("TAPEGRAD_ATTENTION_KEPT_BYTES", kept, 1);
+      Graph g;
+      Var qkv = g.parameter(x.to(kGpu)), a = g.parameter(add.to(kGpu));
+      Var y;
+      if (packed) {
+        y = ops::qkv_attention(qkv, s.h, s.causal, a);
+      } else {
+        std::vector<Var> p = ops::split(qkv, {C, C, C}, 2);
+        auto heads = [&](Var t) { return ops::transpose(ops::reshape(t, {s.b, s.t, s.h, s.d}), 1, 2); };
+        y = ops::scaled_dot_product_attention(heads(p[0]), heads(p[1]), heads(p[2] + a), s.causal);
+        y = ops::reshape(ops::transpose(y, 1, 2), {s.b, s.t, C});
+      }
+      g.backward(ops::sum(ops::mul(y, g.input(r.to(kGpu)))));
+      unsetenv("TAPEGRAD_ATTENTION_KEPT_BYTES");
+      return std::vector<Tensor>{y.value().to(kCpu), qkv.grad().to(kCpu), a.grad().to(kCpu)};
+    };
+    const std::vector<Tensor> kept = run(true, "1e12"), recomputed = run(true, "0"), composite = run(false, "1e12");
+    const std::string parts[] = {" forward", " d qkv", " d value_add"};
+    for (size_t i = 0; i < 3; ++i) {
+      check_bits(kept[i], recomputed[i], what + parts[i] + ": kept dS against recomputed");
+      check_bits(kept[i], composite[i], what + parts[i] + ": qkv_attention against the composite");
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // GPU: SGD with momentum, gradient transforms, parameter groups, optimizer state (src/optim)
 
@@ -878,6 +920,42 @@ TEST_CASE("[gpu] SGD with momentum and the sum of squares give the CPU's bits") 
       auto back = run_both(args, [](std::vector<Tensor>& a) { kernels::sum_squares(a[0], a[1], 1); });
       check_bits(args[1], back[1], std::string(name(t)) + " sum_squares of " + std::to_string(n));
     }
+}
+
+// clip_grad_norm's multi-tensor kernels: 100 tensors of mixed dtypes and assorted sizes (more than
+// two CUDA groups of 48; empty ones, and sizes where the lanes' blocks change), each with the CPU's
+// single-tensor bits.
+TEST_CASE("[gpu] sum_squares_many and scale_many give the CPU's bits over several groups") {
+  const int64_t sizes[] = {0, 1, 7, 255, 256, 1000, 8193, 70001, (int64_t{1} << 17) + 3, 3};
+  std::vector<Tensor> args;
+  for (int64_t i = 0; i < 100; ++i)
+    args.push_back(random(Shape{sizes[i % 10]}, i % 3 == 0 ? DType::f64 : DType::f32, -30.0, 30.0));
+  const size_t k = args.size();
+  args.push_back(poisoned(Shape{static_cast<int64_t>(k)}, DType::f64));
+  auto back = run_both(args, [k](std::vector<Tensor>& a) {
+    std::vector<const Tensor*> xs;
+    for (size_t i = 0; i < k; ++i) xs.push_back(&a[i]);
+    kernels::sum_squares_many(xs, a[k]);
+  });
+  check_bits(args[k], back[k], "sum_squares_many of 100 tensors");
+  Tensor one_by_one = poisoned(Shape{static_cast<int64_t>(k)}, DType::f64);
+  for (size_t i = 0; i < k; ++i) kernels::sum_squares(args[i], one_by_one, static_cast<int64_t>(i));
+  check_bits(one_by_one, args[k], "the CPU's sum_squares_many against its sum_squares");
+
+  args.pop_back();
+  for (const double s : {0.1, -3.0}) {
+    back = run_both(args, [s](std::vector<Tensor>& a) {
+      std::vector<Tensor*> xs;
+      for (Tensor& x : a) xs.push_back(&x);
+      kernels::scale_many(xs, s);
+    });
+    for (size_t i = 0; i < k; ++i)
+      check_bits(args[i], back[i], "scale_many by " + std::to_string(s) + ", tensor " + std::to_string(i));
+  }
+  // A list that spans two devices is refused by name.
+  Tensor on_cpu = random(Shape{3}, DType::f32), on_gpu = on_cpu.to(kGpu);
+  CHECK(message_of([&] { kernels::scale_many({&on_cpu, &on_gpu}, 2.0); }) ==
+        "[scale_many] inputs are on different devices: cpu and cuda:0; move them with .to(device) first");
 }
 
 namespace {

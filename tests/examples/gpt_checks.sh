@@ -47,7 +47,7 @@ cmp -s "$W/s1.txt" "$W/s2.txt" || fail "one seed gave two samples"
 
 "$GPT" train --steps 1 --dump-tape "$W/tape.json" > /dev/null
 "$TAPE" show "$W/tape.json" > "$W/tape.txt" || fail "tape show cannot read the first step's tape"
-grep -q scaled_dot_product_attention "$W/tape.txt" || fail "the tape shows no attention"
+grep -q qkv_attention "$W/tape.txt" || fail "the tape shows no attention"
 
 before=$(md5sum < "$W/a.ckpt")
 refused() {  # refused MESSAGE ARGS...: exit 2, MESSAGE on stderr, the checkpoint untouched

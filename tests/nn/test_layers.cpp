@@ -139,7 +139,7 @@ TEST_CASE("each forward records its nodes in its module's name scope, nested lay
     CHECK(has("layer_norm", b + ".ln_2") == 1);
     CHECK(has("linear", b + ".attn.c_attn") == 1);
     CHECK(has("linear", b + ".attn.c_proj") == 1);
-    CHECK(has("scaled_dot_product_attention", b + ".attn") == 1);
+    CHECK(has("qkv_attention", b + ".attn") == 1);
     CHECK(has("gelu_erf", b + ".mlp") == 1);
     CHECK(has("linear", b + ".mlp.c_fc") == 1);
     CHECK(has("add", b) == 2);              // the two residual additions

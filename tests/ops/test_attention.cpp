@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -307,4 +308,91 @@ TEST_CASE("f32 over several blocks of query rows: within f32's rounding of f64, 
     CHECK(run(DType::f32, 2) == one);
     CHECK(run(DType::f32, 3) == one);
   }
+}
+
+// ---- qkv_attention: the same attention over a (B, T, 3C) projection, read in place
+
+namespace {
+
+// nanoGPT's attention as separate ops: split, value add, heads, attention, heads back.
+Var composite_qkv_attention(Var qkv, int64_t H, bool causal, Var value_add, double scale) {
+  const int64_t B = qkv.shape()[0], T = qkv.shape()[1], C = qkv.shape()[2] / 3;
+  std::vector<Var> parts = ops::split(qkv, {C, C, C}, 2);
+  if (value_add.defined()) parts[2] = parts[2] + value_add;
+  auto heads = [&](Var t) { return ops::transpose(ops::reshape(t, {B, T, H, C / H}), 1, 2); };
+  Var y = ops::scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), causal, scale);
+  return ops::reshape(ops::transpose(y, 1, 2), {B, T, C});
+}
+
+void check_same_bits(const Tensor& a, const Tensor& b, const char* what) {
+  INFO(what);
+  REQUIRE(a.shape() == b.shape());
+  const std::vector<double> x = a.to_doubles(), y = b.to_doubles();
+  size_t differ = 0;
+  for (size_t i = 0; i < x.size(); ++i) differ += std::memcmp(&x[i], &y[i], sizeof(double)) != 0;
+  CHECK(differ == 0);
+}
+
+}  // namespace
+
+TEST_CASE("qkv_attention gives the bits of split, add, transpose, attention and transpose, forward and backward") {
+  struct Case {
+    int64_t B, T, H, d;
+    bool causal, add, broadcast;
+    double scale;
+  };
+  for (DType dtype : {DType::f64, DType::f32})
+    for (const Case c : {Case{2, 9, 2, 4, true, false, false, 0.0}, Case{1, 70, 3, 5, false, true, true, 0.6},
+                         Case{2, 33, 2, 16, true, true, false, 0.0}}) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(c.T);
+      const int64_t C = c.H * c.d;
+      const Tensor x = uniform({c.B, c.T, 3 * C}, 11, dtype), a = uniform(c.broadcast ? Shape{c.T, C} : Shape{c.B, c.T, C}, 12, dtype);
+      const Tensor dy = uniform({c.B, c.T, C}, 13, dtype);
+      Tensor got[3], want[3];
+      for (int way = 0; way < 2; ++way) {
+        Graph g;
+        Var qkv = g.parameter(x.clone()), add = c.add ? g.parameter(a.clone()) : Var();
+        Var y = way == 0 ? ops::qkv_attention(qkv, c.H, c.causal, add, c.scale)
+                         : composite_qkv_attention(qkv, c.H, c.causal, add, c.scale);
+        g.backward(ops::sum(y * g.input(dy)));
+        Tensor* out = way == 0 ? got : want;
+        out[0] = y.value();
+        out[1] = qkv.grad();
+        if (c.add) out[2] = add.grad();
+      }
+      check_same_bits(got[0], want[0], "y");
+      check_same_bits(got[1], want[1], "d qkv");
+      if (c.add) check_same_bits(got[2], want[2], "d value_add");
+    }
+}
+
+TEST_CASE("qkv_attention's errors name the op and the shapes") {
+  Graph g;
+  auto p = [&](const Shape& s, DType t = DType::f64) { return g.parameter(Tensor::zeros(s, t)); };
+  Var qkv = p({2, 5, 24});
+  CHECK(message_of([&] { ops::qkv_attention(p({5, 24}), 2); }) ==
+        "[qkv_attention] qkv must have 3 dimensions, got shape (5, 24)");
+  CHECK(message_of([&] { ops::qkv_attention(g.input(Tensor::zeros({2, 5, 24}, DType::i32)), 2); }) ==
+        "[qkv_attention] qkv must be f64 or f32, got i32");
+  CHECK(message_of([&] { ops::qkv_attention(qkv, 0); }) == "[qkv_attention] heads must be at least 1, got 0");
+  CHECK(message_of([&] { ops::qkv_attention(p({2, 5, 25}), 2); }) ==
+        "[qkv_attention] qkv (2, 5, 25) must be (B, T, 3C) with C a multiple of 2 heads: its last axis 25 is not 6 "
+        "times a head size >= 1");
+  CHECK(message_of([&] { ops::qkv_attention(qkv, 3); }) ==
+        "[qkv_attention] qkv (2, 5, 24) must be (B, T, 3C) with C a multiple of 3 heads: its last axis 24 is not 9 "
+        "times a head size >= 1");
+  CHECK(message_of([&] { ops::qkv_attention(p({2, 0, 24}), 2); }) ==
+        "[qkv_attention] no keys to attend to: qkv (2, 0, 24) has 0 in axis 1");
+  CHECK(message_of([&] { ops::qkv_attention(qkv, 2, true, Var(), INFINITY); }) ==
+        "[qkv_attention] scale must be finite, got inf");
+  CHECK(message_of([&] { ops::qkv_attention(qkv, 2, true, p({2, 5, 8}, DType::f32)); }) ==
+        "[qkv_attention] dtypes differ: f64 and f32");
+  CHECK(message_of([&] { ops::qkv_attention(qkv, 2, true, p({3, 8})); }) ==
+        "[qkv_attention] cannot broadcast shapes (2, 5, 8) and (3, 8): axis 1 has sizes 5 and 3");
+  CHECK(message_of([&] { ops::qkv_attention(qkv, 2, true, p({2, 2, 5, 8})); }) ==
+        "[qkv_attention] value_add (2, 2, 5, 8) does not broadcast to the values' shape (2, 5, 8) of qkv (2, 5, 24)");
+  Graph other;
+  CHECK(message_of([&] { ops::qkv_attention(qkv, 2, true, other.parameter(Tensor::zeros({2, 5, 8}, DType::f64))); }) ==
+        "[qkv_attention] inputs belong to different graphs");
 }

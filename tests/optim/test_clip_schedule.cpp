@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -228,6 +229,78 @@ TEST_CASE("sum_squares follows Note [sum of squares order] on any thread count")
   Tensor out = Tensor::zeros(Shape{2}, DType::f32);
   CHECK(message_of([&] { kernels::sum_squares(Tensor::zeros(Shape{4}, DType::f64), out, 2); }) ==
         "[sum_squares] slot 2 of (2,) f32: the sums go into a 1-D f64 tensor with that slot");
+}
+
+// The multi-tensor forms clip_grad_norm calls: each tensor's bits as the single-tensor kernel's.
+std::vector<Tensor> assorted_tensors() {
+  std::vector<Tensor> xs;
+  for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000}, (int64_t{1} << 17) + 3})
+    for (DType dtype : {DType::f32, DType::f64}) {
+      std::vector<double> x(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i)
+        x[static_cast<size_t>(i)] = std::sin(0.37 * static_cast<double>(i + n)) * (dtype == DType::f32 ? 3e2 : 1e-3);
+      xs.push_back(Tensor::from_doubles(x, Shape{n}, dtype));
+    }
+  return xs;
+}
+
+TEST_CASE("sum_squares_many and scale_many give the single-tensor kernels' bits") {
+  const std::vector<Tensor> xs = assorted_tensors();
+  std::vector<const Tensor*> in;
+  for (const Tensor& x : xs) in.push_back(&x);
+  const int64_t k = static_cast<int64_t>(xs.size());
+  Tensor one_by_one = Tensor::zeros(Shape{k}, DType::f64);
+  for (int64_t i = 0; i < k; ++i) kernels::sum_squares(xs[static_cast<size_t>(i)], one_by_one, i);
+  const int before = num_threads();
+  for (int threads : {1, 3}) {
+    CAPTURE(threads);
+    set_num_threads(threads);
+    Tensor many = Tensor::from_doubles(std::vector<double>(static_cast<size_t>(k), std::nan("")), Shape{k}, DType::f64);
+    kernels::sum_squares_many(in, many);
+    CHECK(std::memcmp(many.raw_data(), one_by_one.raw_data(), many.nbytes()) == 0);
+  }
+  set_num_threads(before);
+  CHECK(one_by_one.to_doubles()[0] == 0.0);  // an empty tensor's sum is +0
+  CHECK(one_by_one.to_doubles()[2] == doctest::Approx(std::pow(std::sin(0.37) * 3e2, 2)));
+
+  // 0.1 is rounded to each tensor's dtype first, as scale does.
+  std::vector<Tensor> scaled, want;
+  std::vector<Tensor*> out;
+  for (const Tensor& x : xs) {
+    scaled.push_back(x.clone());
+    want.push_back(Tensor::empty(x.shape(), x.dtype()));
+    kernels::scale(x, 0.1, want.back());
+  }
+  for (Tensor& x : scaled) out.push_back(&x);
+  kernels::scale_many(out, 0.1);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::memcmp(scaled[i].raw_data(), want[i].raw_data(), want[i].nbytes()) == 0);
+  }
+  CHECK(scaled[2].to_doubles()[0] == static_cast<double>(static_cast<float>(std::sin(0.37) * 3e2f) * 0.1f));
+  kernels::scale_many({}, 2.0);  // nothing to do
+  Tensor none = Tensor::zeros(Shape{0}, DType::f64);
+  kernels::sum_squares_many({}, none);
+}
+
+TEST_CASE("sum_squares_many and scale_many refuse what they cannot take, naming the tensor") {
+  const Tensor a = Tensor::zeros(Shape{3}, DType::f32), b = Tensor::zeros(Shape{2, 2}, DType::f64);
+  const Tensor ids = Tensor::zeros(Shape{4}, DType::i32);
+  Tensor out = Tensor::zeros(Shape{2}, DType::f64), wrong = Tensor::zeros(Shape{3}, DType::f64);
+  CHECK(message_of([&] { kernels::sum_squares_many({&a, &b}, wrong); }) ==
+        "[sum_squares_many] out is (3,) f64: the sums of 2 tensors go into a (2,) f64 tensor");
+  Tensor f32_out = Tensor::zeros(Shape{2}, DType::f32);
+  CHECK(message_of([&] { kernels::sum_squares_many({&a, &b}, f32_out); }) ==
+        "[sum_squares_many] out is (2,) f32: the sums of 2 tensors go into a (2,) f64 tensor");
+  CHECK(message_of([&] { kernels::sum_squares_many({&a, &ids}, out); }) ==
+        "[sum_squares_many] tensor 1 of 2 is i32; sum_squares_many takes f32 and f64 tensors");
+  Tensor x = a.clone(), y = b.clone(), same = y.reshape(Shape{4}), i = ids.clone(), undefined;
+  CHECK(message_of([&] { kernels::scale_many({&x, &y, &same}, 2.0); }) ==
+        "[scale_many] tensors 1 and 2 share their bytes; list each tensor once");
+  CHECK(message_of([&] { kernels::scale_many({&x, &i}, 2.0); }) ==
+        "[scale_many] tensor 1 of 2 is i32; scale_many takes f32 and f64 tensors");
+  CHECK(message_of([&] { kernels::scale_many({&undefined}, 2.0); }) == "[scale_many] tensor 0 of 1 is undefined");
+  CHECK(x.to_doubles() == std::vector<double>{0.0, 0.0, 0.0});  // nothing written by a refused call
 }
 
 // ---- schedules

@@ -3,7 +3,7 @@
 // lm_head, then ops::cross_entropy), its backward recorded. The default is the tiny config of
 // examples/gpt (2 blocks, 4 heads, C 128, T 64, B 16) over a 40-token vocabulary; gpt_test.sh and the
 // page test read it with `tape show` and `tape html`. More layers and smaller sizes make a tape of
-// thousands of nodes cheaply (`gpt_dump big.json 240 2 8 16 2`).
+// thousands of nodes cheaply (`gpt_dump big.json 500 2 8 16 2`).
 //
 //   gpt_dump FILE [LAYERS [B T C HEADS]]
 // prints "values V nodes N contributions E" and the step's and the dump's times.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `tape show` on one training step of a GPT from tapegrad::nn (tests/tape/gpt_dump.cpp): the tiny
 # config's tape is summarised as one line per scope, one scope's tables and a search narrow it, and
-# a GPT of 240 blocks (over 5,000 nodes) is summarised as well, as deep as fits 100 lines. Prints each tape's size and how
+# a GPT of 500 blocks (over 5,000 nodes) is summarised as well, as deep as fits 100 lines. Prints each tape's size and how
 # long `tape show` took; a summary must come out within 5 s (it takes well under one).
 #
 #   gpt_test.sh TAPE GPT_DUMP
@@ -40,13 +40,13 @@ expect summary "(no scope)  "
 for line in "wte  " "h  " "  h.0  " "    h.0.attn  " "      h.0.attn.c_attn  " "    h.1.mlp  " "lm_head  "; do
   if grep -q -- "^$line" "$work/out"; then pass; else fail "summary: no line beginning '$line'"; fi
 done
-expect summary "scaled_dot_product_attention 1"
+expect summary "qkv_attention 1"
 if (( $(wc -l < "$work/out") < 40 )); then pass; else fail "summary: $(wc -l < "$work/out") lines, not a summary"; fi
 
 timed_show scope "$work/gpt.json" --scope h.0.attn
 expect scope "scope h.0.attn:"
 expect scope "h.0.attn.c_attn.weight"
-expect scope "scaled_dot_product_attention"
+expect scope "qkv_attention"
 if grep -q "h\.1\." "$work/out"; then fail "scope: h.1 values in h.0.attn's tables"; else pass; fi
 
 timed_show find "$work/gpt.json" --find c_fc
@@ -63,19 +63,19 @@ expect "unknown scope" "has no scope \"h.9\"; its outermost scopes are wpe, wte,
 rc=$?
 if [[ $rc -eq 2 ]]; then pass; else fail "--all with --groups: exit $rc (expected 2)"; fi
 
-# thousands of nodes: 240 small blocks
-"$DUMP" "$work/big.json" 240 2 8 16 2 > "$work/dump.txt" || { echo "FAIL gpt_dump big"; exit 1; }
-echo "GPT of 240 blocks (H2 C16 T8 B2): $(cat "$work/dump.txt"), $(wc -c < "$work/big.json") bytes"
+# thousands of nodes: 500 small blocks
+"$DUMP" "$work/big.json" 500 2 8 16 2 > "$work/dump.txt" || { echo "FAIL gpt_dump big"; exit 1; }
+echo "GPT of 500 blocks (H2 C16 T8 B2): $(cat "$work/dump.txt"), $(wc -c < "$work/big.json") bytes"
 read -r _ values _ nodes _ events _ < "$work/dump.txt"
 if (( nodes >= 5000 )); then pass; else fail "the big tape has $nodes nodes, fewer than 5000"; fi
 timed_show "big summary" "$work/big.json"
-expect "big summary" "h           7920    5040"
+expect "big summary" "h           11000   5000"
 expect "big summary" "(scopes more than 1 level down are not listed: --depth 4 lists them all)"
 if (( $(wc -l < "$work/out") < 30 )); then pass; else fail "big summary: $(wc -l < "$work/out") lines"; fi
 timed_show "big depth" "$work/big.json" --depth 2
-expect "big depth" "  h.239  "
-timed_show "big scope" "$work/big.json" --scope h.239.mlp
-expect "big scope" "h.239.mlp.c_fc.weight"
+expect "big depth" "  h.499  "
+timed_show "big scope" "$work/big.json" --scope h.499.mlp
+expect "big scope" "h.499.mlp.c_fc.weight"
 
 echo "gpt_test: $passes passed, $fails failed"
 [[ $fails -eq 0 ]]

@@ -19,7 +19,7 @@ trap 'rm -rf "$work"' EXIT
 node "$here/browser/page_test.mjs" "$work/pair.html" "$work/single.html" "$SHOT" || exit 1
 [[ -n $GPT ]] || exit 0
 "$GPT" "$work/gpt.json" > /dev/null || exit 1
-"$GPT" "$work/big.json" 240 2 8 16 2 > /dev/null || exit 1
+"$GPT" "$work/big.json" 500 2 8 16 2 > /dev/null || exit 1
 "$TAPE" html "$work/gpt.json" -o "$work/gpt.html" 2> /dev/null || exit 1
 "$TAPE" html "$work/big.json" -o "$work/big.html" 2> /dev/null || exit 1
 exec node "$here/browser/gpt_page_test.mjs" "$work/gpt.html" "$work/big.html" "$GPT_SHOT"

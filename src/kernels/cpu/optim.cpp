@@ -1,5 +1,6 @@
 // CPU kernels of the stateful optimizers and gradient transforms: SGD with momentum, and the sum of
-// squares clip_grad_norm reads. The element math is optim_ops.hpp's, shared with src/cuda/optim.cu.
+// squares and scaling clip_grad_norm runs (one tensor, or many in turn). The element math is
+// optim_ops.hpp's, shared with src/cuda/optim.cu.
 //
 // Rule: a thread's range of elements (or of lanes) is computed exactly as one thread computes the
 // whole loop, so the bits do not depend on the thread count.
@@ -48,6 +49,15 @@ void sum_squares(const Tensor& x, Tensor& out, int64_t slot) {
   for (int64_t stride = 1; stride < lanes; stride *= 2)
     for (int64_t l = 0; l < lanes; l += 2 * stride) acc[static_cast<size_t>(l)] += acc[static_cast<size_t>(l + stride)];
   static_cast<double*>(out.raw_data())[slot] = acc[0];
+}
+
+// The multi-tensor forms: the single-tensor kernels on each tensor in turn.
+void sum_squares_many(const std::vector<const Tensor*>& xs, Tensor& out) {
+  for (size_t i = 0; i < xs.size(); ++i) sum_squares(*xs[i], out, static_cast<int64_t>(i));
+}
+
+void scale_many(const std::vector<Tensor*>& xs, double s) {
+  for (Tensor* x : xs) scale(*x, s, *x);
 }
 
 }  // namespace tapegrad::cpu

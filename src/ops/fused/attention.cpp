@@ -78,4 +78,71 @@ Var scaled_dot_product_attention(Var q, Var k, Var v, bool causal, double scale)
                   causal ? attention_backward_rule<true> : attention_backward_rule<false>, {std::move(lse)}, scale);
 }
 
+namespace {
+
+constexpr const char* kQkvOp = "qkv_attention";
+
+// dy (B, T, C) -> d qkv (B, T, 3C) in thirds, written by the kernels in place, and d value_add.
+// Saved: lse (B, H, T); v (B, T, C) = qkv's third + value_add when there is one.
+template <bool Causal>
+void qkv_attention_backward_rule(BackwardContext& ctx) {
+  const Tensor& qkv = ctx.input(0);
+  const Tensor& lse = ctx.saved(0);
+  const Tensor& v = ctx.saved(1);
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3, H = lse.dim(1);
+  kernels::AttentionLayout at = kernels::AttentionLayout::packed(B, T, H, C / H);
+  if (v.defined()) at.v = kernels::HeadRows{0, T * C, C / H, C};
+  Tensor dqkv = like(qkv);  // the three thirds are written whole
+  Tensor delta = Tensor::empty(lse.shape(), DType::f64, lse.device());
+  kernels::attention_backward(qkv, qkv, v.defined() ? v : qkv, ctx.output(), ctx.grad_output(), lse, at, Causal,
+                              ctx.scalar(), delta, dqkv, dqkv, dqkv);
+  if (v.defined() && ctx.needs_grad(1)) {  // d value_add = dv, summed over what it was broadcast along
+    Tensor dv = Tensor::empty(Shape{B, T, C}, qkv.dtype(), qkv.device());
+    kernels::copy_strided(dqkv, kernels::sliced_view(qkv.shape(), 2, 2 * C, 3 * C), dv, kernels::contiguous_view(dv.shape()));
+    ctx.accumulate(1, sum_to(dv, ctx.input(1).shape()));
+  }
+  if (ctx.needs_grad(0)) ctx.accumulate(0, std::move(dqkv));
+}
+
+}  // namespace
+
+// qkv (B, T, 3C) [, value_add] -> (B, T, C); see attention.hpp
+Var qkv_attention(Var qkv, int64_t heads, bool causal, Var value_add, double scale) {
+  Graph& g = value_add.defined() ? graph_of(kQkvOp, {qkv, value_add}) : graph_of(kQkvOp, {qkv});
+  const Tensor& x = qkv.value();
+  need_ndim(kQkvOp, "qkv", x, 3);
+  need_float(kQkvOp, "qkv", x);
+  const int64_t B = x.dim(0), T = x.dim(1), C3 = x.dim(2);
+  if (heads <= 0) throw Error(std::string("[") + kQkvOp + "] heads must be at least 1, got " + std::to_string(heads));
+  if (C3 % 3 != 0 || C3 == 0 || (C3 / 3) % heads != 0)
+    throw Error(std::string("[") + kQkvOp + "] qkv " + x.shape().str() + " must be (B, T, 3C) with C a multiple of " +
+                std::to_string(heads) + " heads: its last axis " + std::to_string(C3) + " is not " +
+                std::to_string(3 * heads) + " times a head size >= 1");
+  if (T == 0) throw Error(std::string("[") + kQkvOp + "] no keys to attend to: qkv " + x.shape().str() + " has 0 in axis 1");
+  if (std::isinf(scale)) throw Error(std::string("[") + kQkvOp + "] scale must be finite, got " + std::to_string(scale));
+  const int64_t C = C3 / 3, d = C / heads;
+  if (!(scale > 0)) scale = 1.0 / std::sqrt(static_cast<double>(d));
+  kernels::AttentionLayout at = kernels::AttentionLayout::packed(B, T, heads, d);
+  Tensor v;  // the values, when value_add changes them: qkv's third + value_add, (B, T, C)
+  if (value_add.defined()) {
+    const Tensor& a = value_add.value();
+    same_dtype(kQkvOp, x, a);
+    const Shape vs{B, T, C};
+    if (broadcast_shapes(kQkvOp, vs, a.shape()) != vs)
+      throw Error(std::string("[") + kQkvOp + "] value_add " + a.shape().str() + " does not broadcast to the values' shape " +
+                  vs.str() + " of qkv " + x.shape().str());
+    Tensor third = Tensor::empty(vs, x.dtype(), x.device());
+    kernels::copy_strided(x, kernels::sliced_view(x.shape(), 2, 2 * C, 3 * C), third, kernels::contiguous_view(vs));
+    v = Tensor::empty(vs, x.dtype(), x.device());
+    kernels::binary(kernels::Binary::add, third, a, v);
+    at.v = kernels::HeadRows{0, T * C, d, C};
+  }
+  Tensor out = Tensor::empty(Shape{B, T, C}, x.dtype(), x.device());
+  Tensor lse = Tensor::empty(Shape{B, heads, T}, x.dtype(), x.device());
+  kernels::attention_forward(x, x, v.defined() ? v : x, at, causal, scale, out, lse);
+  const BackwardFn rule = causal ? qkv_attention_backward_rule<true> : qkv_attention_backward_rule<false>;
+  if (value_add.defined()) return g.record(kQkvOp, std::move(out), {qkv, value_add}, rule, {std::move(lse), std::move(v)}, scale);
+  return g.record(kQkvOp, std::move(out), {qkv}, rule, {std::move(lse), Tensor()}, scale);
+}
+
 }  // namespace tapegrad::ops

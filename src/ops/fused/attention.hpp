@@ -22,4 +22,18 @@ namespace tapegrad::ops {
 
 Var scaled_dot_product_attention(Var q, Var k, Var v, bool causal = false, double scale = 0.0);
 
+// The same attention over a projection's heads where they lie (nanoGPT's attention core):
+//
+//   qkv_attention(qkv, heads, causal, value_add, scale)
+//     qkv (B, T, 3C) f64/f32, C = heads * d; value_add (broadcasts to (B, T, C)) or an empty Var
+//     q, k, v = qkv[..., 0:C], qkv[..., C:2C], qkv[..., 2C:3C] (+ value_add on v), each read as
+//     heads (B, H, T, d); y (B, T, C) = the heads of scaled_dot_product_attention(q, k, v, causal,
+//     scale) put back side by side, y[b, t, h d : (h + 1) d] = attention(b, h)[t]
+//     d qkv = (dq, dk, dv) side by side; d value_add = dv summed to value_add's shape
+//
+// What split, reshape, transpose, add, attention, transpose and reshape compute, with no copies
+// between them (Note [attention layouts] in src/kernels/attention.cpp): the kernels read the heads
+// in qkv and write y and d qkv in place.
+Var qkv_attention(Var qkv, int64_t heads, bool causal = true, Var value_add = Var(), double scale = 0.0);
+
 }  // namespace tapegrad::ops

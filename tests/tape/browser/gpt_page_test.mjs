@@ -1,5 +1,5 @@
 // The tape page of a GPT in headless Chromium (harness.mjs): one training step of the tiny config
-// from tapegrad::nn (tests/tape/gpt_dump.cpp) and a GPT of 240 blocks (over 5,000 nodes). Each page
+// from tapegrad::nn (tests/tape/gpt_dump.cpp) and a GPT of 500 blocks (over 5,000 nodes). Each page
 // must be ready (its 'tape-ready' mark, set after the first frame) within 2000 ms of navigation
 // start; the figures are printed. On the tiny GPT: the outline groups values by scope, collapsed,
 // groups expand and collapse (their rows enter and leave the DOM), the search finds values by name
@@ -48,7 +48,7 @@ try {
     assert.equal(await page.locator('#panel-0 svg.graph').count(), 0);
     assert.equal(await page.locator('#panel-0 .tree li.row').count(), 5);  // outside every scope: ids, positions, the sum, targets, loss
     assert.equal(await page.locator(group('h.0')).count(), 0);
-    assert.match(await text(page, head('h')), /h\s*42 nodes\s*reshape 8, permute 8, linear 8, slice 6, …/);
+    assert.match(await text(page, head('h')), /h\s*20 nodes\s*linear 8, add 4, layer_norm 4, qkv_attention 2, …/);
   });
   await check('groups expand and collapse; a collapsed group\'s rows leave the DOM', async () => {
     await page.locator(head('h')).click();
@@ -57,7 +57,7 @@ try {
     await page.locator(head('h.0.attn')).click();
     assert.deepEqual(await page.locator(`${group('h.0.attn')} > .members > li.group`).evaluateAll((els) => els.map((e) => e.dataset.name)),
       ['h.0.attn.c_attn', 'h.0.attn.c_proj']);
-    assert.match(await text(page, `${group('h.0.attn')} > .members`), /scaled_dot_product_attention/);
+    assert.match(await text(page, `${group('h.0.attn')} > .members`), /qkv_attention/);
     assert.equal(await page.locator(head('h.0.attn')).getAttribute('aria-expanded'), 'true');
     await page.locator(head('h')).click();
     assert.equal(await page.locator(`${group('h')} > .members > *`).count(), 0);
@@ -83,11 +83,11 @@ try {
     assert.equal(await page.locator(group('h.0')).count(), 0);
   });
   await check('a found row opens its forward step; the step stays marked on the groups once they collapse', async () => {
-    await page.locator('#panel-0 .find').fill('scaled_dot');
+    await page.locator('#panel-0 .find').fill('qkv_att');
     assert.equal(await text(page, '#panel-0 .found'), '2 values match');
     await page.locator('#panel-0 .tree li.row').first().click();
-    assert.match(await text(page, '#phase'), /^forward · value \d+ of 84$/);
-    assert.match(await text(page, '#panel-0 .detail h3'), /scaled_dot_product_attention\(/);
+    assert.match(await text(page, '#phase'), /^forward · value \d+ of 62$/);
+    assert.match(await text(page, '#panel-0 .detail h3'), /qkv_attention\(/);
     assert.ok((await classesOf(page, '#panel-0 .tree li.row.current')).length);
     for (const name of ['h', 'h.0', 'h.0.attn']) assert.ok((await classesOf(page, head(name))).includes('current'), name);
     await page.locator('#panel-0 .find').fill('');
@@ -96,13 +96,13 @@ try {
     assert.match(await text(page, head('h')), /forward here|h/);
   });
   await check('the slider and the keys step through the backward; a step in a collapsed group marks its header', async () => {
-    await page.locator('#scrub').fill('84');  // the first backward step: the loss's
-    assert.equal(await text(page, '#step-label'), `Step 85 of ${tiny.steps}`);
-    assert.match(await text(page, '#phase'), /backward · visit 1 of 50 \(cross_entropy\)/);
-    assert.ok((await classesOf(page, '#panel-0 .tree li.row[data-index="83"]')).includes('visiting'));
+    await page.locator('#scrub').fill('62');  // the first backward step: the loss's
+    assert.equal(await text(page, '#step-label'), `Step 63 of ${tiny.steps}`);
+    assert.match(await text(page, '#phase'), /backward · visit 1 of 28 \(cross_entropy\)/);
+    assert.ok((await classesOf(page, '#panel-0 .tree li.row[data-index="61"]')).includes('visiting'));
     await page.keyboard.press('End');
     await page.keyboard.press('ArrowLeft');  // the last contribution: a row of an embedding table
-    assert.match(await text(page, '#phase'), /backward · visit 50 of 50 \(gather\)/);
+    assert.match(await text(page, '#phase'), /backward · visit 28 of 28 \(gather\)/);
     const marked = [];
     for (const name of ['wpe', 'wte']) if ((await classesOf(page, head(name))).includes('visiting')) marked.push(name);
     assert.equal(marked.length, 1);
@@ -118,7 +118,7 @@ try {
 
   // ---- thousands of nodes
   const big = await open(browser, bigPath);
-  const many = await readiness(big.page, bigPath, 'GPT of 240 blocks page');
+  const many = await readiness(big.page, bigPath, 'GPT of 500 blocks page');
   await check(`a page of ${many.nodes} nodes is ready within ${LOAD_BUDGET_MS} ms, with a few rows in the DOM`, async () => {
     assert.ok(many.nodes >= 5000, `${many.nodes} nodes`);
     assert.ok(many.ms < LOAD_BUDGET_MS, `${many.ms} ms`);
@@ -126,7 +126,7 @@ try {
   });
   await check('its blocks expand, its search finds one layer, and it steps to the end', async () => {
     await big.page.locator(head('h')).click();
-    assert.equal(await big.page.locator(`${group('h')} > .members > li.group`).count(), 240);
+    assert.equal(await big.page.locator(`${group('h')} > .members > li.group`).count(), 500);
     await big.page.locator('#panel-0 .find').fill('h.239.mlp.c_fc');
     assert.equal(await text(big.page, '#panel-0 .found'), '3 values match');
     await big.page.locator('#last').click();  // the keys are the search box's while it has the focus
