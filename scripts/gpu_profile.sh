@@ -2,7 +2,7 @@
 # gpu_profile: where the small GPT's step spends its GPU time, tapegrad's and PyTorch eager's, in one
 # device call. tapegrad: `ncu` times every kernel of a few steps (after warm-up; the clocks and the
 # caches left as a run has them), summed by kernel name
-# and divided by the steps (counted by the one nll kernel a step launches). PyTorch: torch.profiler over
+# and divided by the steps (counted by clip_grad_norm's one sum_all_f64 kernel a step). PyTorch: torch.profiler over
 # the same model (tests/gpt/parity.py --profile).
 #
 #   BUILD=DIR LOGS=DIR scripts/gpu_profile.sh     (LD_LIBRARY_PATH as scripts/gpu_check.sh run sets it)
@@ -14,9 +14,10 @@ w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
 cat docs/*.md README.md > "$w/prose.txt"
 gpt=$build/tests/gpt/gpt
-# warm-up: steps 1 to 4 are skipped by kernel count (the first step's launches, times four)
-timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --launch-skip 2000 --launch-count 1600 \
-  "$gpt" train --config small --device cuda --dropout 0 --data "$w/prose.txt" --steps 14 \
+# the steps counted by the one total-norm sum a training step makes (validation passes have none);
+# the window, after about 7 steps of warm-up, ends well before the validation at step 40
+timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --launch-skip 2000 --launch-count 2400 \
+  "$gpt" train --config small --device cuda --dropout 0 --data "$w/prose.txt" --steps 40 \
   > "$logs/ncu.csv" 2> "$logs/ncu.err"
 python3 - "$logs/ncu.csv" <<'PY'
 import collections, csv, re, sys
@@ -27,7 +28,7 @@ for r in csv.DictReader(lines[start:]):
     name = re.sub(r"\(.*", "", r["Kernel Name"])
     agg[name][0] += 1
     agg[name][1] += float(r["Metric Value"].replace(",", "")) / 1e6
-steps = max(1, sum(c for n, (c, _) in agg.items() if "nll_kernel" in n))
+steps = max(1, sum(c for n, (c, _) in agg.items() if "sum_all_f64_kernel" in n))
 print(f"tapegrad kernels: {sum(v for _, v in agg.values()) / steps:.2f} ms of GPU time per step over {steps} steps")
 for n, (c, v) in sorted(agg.items(), key=lambda x: -x[1][1])[:40]:
     print(f"  {v / steps:8.3f} ms/step {c / steps:6.1f}/step  {n[:110]}")
