@@ -2,11 +2,12 @@
 # `tape show` on one training step of a GPT from tapegrad::nn (tests/tape/gpt_dump.cpp): the tiny
 # config's tape is summarised as one line per scope, one scope's tables and a search narrow it, and
 # a GPT of 500 blocks (over 5,000 nodes) is summarised as well, as deep as fits 100 lines. Prints each tape's size and how
-# long `tape show` took; a summary must come out within 5 s (it takes well under one).
+# long `tape show` took; a summary must come out within 5 s (it takes well under one; a sanitizer
+# build, ten times slower by design, passes its own budget).
 #
-#   gpt_test.sh TAPE GPT_DUMP
+#   gpt_test.sh TAPE GPT_DUMP [BUDGET_MS]
 set -u
-TAPE=$1 DUMP=$2
+TAPE=$1 DUMP=$2 BUDGET_MS=${3:-5000}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fails=0 passes=0
@@ -17,7 +18,7 @@ expect() {  # expect NAME TEXT: the last output ($work/out) holds the fixed text
 }
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
-# timed_show NAME FILE ARGS...: runs tape show into $work/out, fails on a non-zero exit or > 5 s
+# timed_show NAME FILE ARGS...: runs tape show into $work/out, fails on a non-zero exit or > BUDGET_MS
 timed_show() {
   local name=$1 file=$2 start end
   shift 2
@@ -25,7 +26,7 @@ timed_show() {
   "$TAPE" show "$file" "$@" > "$work/out" 2> "$work/err" || fail "$name: tape show exited $?: $(cat "$work/err")"
   end=$(ms)
   echo "tape show $* on $(basename "$file"): $((end - start)) ms, $(wc -l < "$work/out") lines"
-  if (( end - start > 5000 )); then fail "$name: took $((end - start)) ms"; else pass; fi
+  if (( end - start > BUDGET_MS )); then fail "$name: took $((end - start)) ms (budget $BUDGET_MS ms)"; else pass; fi
 }
 
 "$DUMP" "$work/gpt.json" > "$work/dump.txt" || { echo "FAIL gpt_dump"; exit 1; }
