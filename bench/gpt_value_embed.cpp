@@ -32,19 +32,19 @@ using namespace tapegrad;
 
 namespace {
 
-size_t in_use(Device d) {
+// The device's caching allocator: bytes in use now and at the peak (0 on the CPU).
+struct Memory {
+  size_t in_use = 0, peak = 0;
+};
+Memory memory(Device d) {
 #if TAPEGRAD_WITH_CUDA
-  if (d.is_cuda()) return cuda::allocator_stats(d.index).bytes_in_use;
+  if (d.is_cuda()) {
+    const cuda::AllocatorStats s = cuda::allocator_stats(d.index);
+    return {s.bytes_in_use, s.peak_bytes_in_use};
+  }
 #endif
   (void)d;
-  return 0;
-}
-size_t peak(Device d) {
-#if TAPEGRAD_WITH_CUDA
-  if (d.is_cuda()) return cuda::allocator_stats(d.index).peak_bytes_in_use;
-#endif
-  (void)d;
-  return 0;
+  return {};
 }
 void reset_peak(Device d) {
 #if TAPEGRAD_WITH_CUDA
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     for (const char* way : {"sparse", "dense"}) {
       const bool sparse = std::string(way) == "sparse";
       synchronize(dev);
-      const size_t base = in_use(dev);
+      const size_t base = memory(dev).in_use;
       Graph g;
       Var table = g.parameter(filled(Shape{P * V, D}, 0.01f, dev), "ve.weight");
       ops::ValueEmbedBuffer buffer;
@@ -126,10 +126,10 @@ int main(int argc, char** argv) {
         synchronize(dev);
         const auto t1 = std::chrono::steady_clock::now();
         if (s >= 3) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-        step_peak = std::max(step_peak, peak(dev) - base);
+        step_peak = std::max(step_peak, memory(dev).peak - base);
         g.clear();
         synchronize(dev);
-        held = in_use(dev) - base;
+        held = memory(dev).in_use - base;
       }
       std::sort(ms.begin(), ms.end());
       std::printf("%-7s %11.3f ms %16.1f %14.1f\n", way, ms[ms.size() / 2], mib(held), mib(step_peak));

@@ -25,13 +25,16 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build-cuda}
 
+# the programs `run` calls, as paths under the build folder
+programs=(libtapegrad.so tests/cuda/test_cuda tests/cuda/test_norm_cuda tests/cuda/test_nn_cuda
+  tests/value_embed/test_value_embed_cuda apps/tiny_step apps/bob bench/cuda_bench bench/nd_cuda_bench
+  bench/attention_bench tests/gpt/gpt bench/gpt_value_embed)
+
 prepare() {
   [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
   if [[ ! -f $build/build.ninja ]]; then meson setup "$build" -Dcuda=enabled || exit 1; fi
   scripts/stale_cuda_objects.sh "$build"
-  ninja -C "$build" tests/cuda/test_cuda tests/cuda/test_norm_cuda tests/cuda/test_nn_cuda \
-    tests/value_embed/test_value_embed_cuda apps/tiny_step apps/bob \
-    bench/cuda_bench bench/nd_cuda_bench bench/attention_bench tests/gpt/gpt bench/gpt_value_embed || exit 1
+  ninja -C "$build" "${programs[@]}" || exit 1
   mkdir -p .device/lib
   local lib
   for lib in $(ldd "$build/libtapegrad.so" | awk '/libsimdjson|libopenblas|libgfortran|libquadmath/ {print $3}'); do
@@ -40,11 +43,6 @@ prepare() {
   du -sh "$build" .device | sed 's/^/carry: /'
   echo 'now: run {command: "scripts/gpu_check.sh run", carry: ["'"$build"'", ".device"], timeout_s: 600}'
 }
-
-# the programs `run` calls, as paths under the build folder
-programs=(libtapegrad.so tests/cuda/test_cuda tests/cuda/test_norm_cuda tests/cuda/test_nn_cuda
-  tests/value_embed/test_value_embed_cuda apps/tiny_step apps/bob bench/cuda_bench bench/nd_cuda_bench
-  bench/attention_bench tests/gpt/gpt bench/gpt_value_embed)
 
 pack() {
   local name=${1:?usage: scripts/gpu_check.sh pack DIR (a folder name under .device)} p
@@ -66,9 +64,7 @@ pack() {
 run() {
   local logs=${OUT:-gpu-check-logs}
   mkdir -p "$logs"
-  local cublas_dir
-  cublas_dir=$(dirname "$(find /usr/local/cuda/ /usr/local/cuda-*/ /usr/lib /opt -name 'libcublas.so.13' 2>/dev/null | head -1)" 2>/dev/null)
-  export LD_LIBRARY_PATH="$PWD/.device/lib:${cublas_dir:-/usr/local/cuda/lib64}:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  . scripts/gpu_env.sh  # .device/lib and the machine's cuBLAS on LD_LIBRARY_PATH
   local table=() failed=0
   note() { table+=("$(printf '| %-34s | %-6s | %s' "$1" "$2" "$3")"); [[ $2 == PASS || $2 == INFO ]] || failed=1; }
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$logs/device.txt"

@@ -13,6 +13,9 @@ namespace {
 
 constexpr int kRowBlock = 256;
 
+// The larger of a running max and x: a NaN wins (the running one first), a tie keeps the running one.
+__device__ inline double max_nan(double acc, double x) { return acc != acc ? acc : x != x ? x : (x > acc ? x : acc); }
+
 // The block's max (NaN wins) or sum of v, returned to every thread; `shared` holds kRowBlock doubles.
 template <bool kMax>
 __device__ double block_reduce(double v, double* shared) {
@@ -38,7 +41,7 @@ __global__ void __launch_bounds__(kRowBlock) log_softmax_kernel(const T* x, T* y
   double top = -INFINITY;
   for (int64_t j = threadIdx.x; j < m; j += kRowBlock) {
     const double v = row[j];
-    top = v != v || top != top ? (top != top ? top : v) : (v > top ? v : top);
+    top = max_nan(top, v);
   }
   const T t = static_cast<T>(block_reduce<true>(top, shared));
   double s = 0.0;
@@ -55,7 +58,7 @@ constexpr int64_t kWarpRowMax = 1024;
 __device__ inline double warp_max(double v) {
   for (int offset = 16; offset > 0; offset /= 2) {
     const double o = __shfl_xor_sync(0xffffffffu, v, offset);
-    v = v != v || o != o ? (v != v ? v : o) : (o > v ? o : v);
+    v = max_nan(v, o);
   }
   return v;
 }
@@ -74,7 +77,7 @@ __global__ void __launch_bounds__(kRowBlock) log_softmax_warp_kernel(const T* x,
   double top = -INFINITY;
   for (int64_t j = lane; j < m; j += 32) {
     const double v = row[j];
-    top = v != v || top != top ? (top != top ? top : v) : (v > top ? v : top);
+    top = max_nan(top, v);
   }
   const T t = static_cast<T>(warp_max(top));
   double s = 0.0;
