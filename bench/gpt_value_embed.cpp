@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
         g.clear();
         g.zero_grad();
         Var planes = sparse ? ops::value_embed_lookup(table, g.input(ids_t), static_cast<int>(P), buffer,
-                                                      {.accumulate = ops::ValueEmbedAccumulate::deterministic})
+                                                      {.accumulate = ops::ValueEmbedAccumulate::deterministic, .dtype = std::nullopt})
                             : ops::embedding(table, g.input(offset_t));  // (P, T, D) either way
         g.backward(ops::sum(ops::mul(planes, g.input(r))));
         if (sparse) sparse_opt->step(table.value(), ops::value_embed_pull(buffer));

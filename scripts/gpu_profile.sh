@@ -5,10 +5,11 @@
 # and divided by the steps (counted by clip_grad_norm's one sum_all_f64 kernel a step). PyTorch: torch.profiler over
 # the same model (tests/gpt/parity.py --profile).
 #
-#   BUILD=DIR LOGS=DIR scripts/gpu_profile.sh     (LD_LIBRARY_PATH as scripts/gpu_check.sh run sets it)
+#   BUILD=DIR LOGS=DIR [PRECISION=bf16] scripts/gpu_profile.sh   (LD_LIBRARY_PATH as scripts/gpu_check.sh run
+#                                                                  sets it; PRECISION: --autocast for both, f32 by default)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD:-build-cuda} logs=${LOGS:-gpu-profile-logs}
+build=${BUILD:-build-cuda} logs=${LOGS:-gpu-profile-logs} precision=${PRECISION:-f32}
 mkdir -p "$logs"
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
@@ -17,7 +18,7 @@ gpt=$build/tests/gpt/gpt
 # the steps counted by the one total-norm sum a training step makes (validation passes have none);
 # the window, after about 7 steps of warm-up, ends well before the validation at step 40
 timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --launch-skip 2000 --launch-count 2400 \
-  "$gpt" train --config small --device cuda --dropout 0 --data "$w/prose.txt" --steps 40 \
+  "$gpt" train --config small --device cuda --dropout 0 --data "$w/prose.txt" --steps 40 --autocast "$precision" \
   > "$logs/ncu.csv" 2> "$logs/ncu.err"
 python3 - "$logs/ncu.csv" <<'PY'
 import collections, csv, re, sys
@@ -33,7 +34,8 @@ print(f"tapegrad kernels: {sum(v for _, v in agg.values()) / steps:.2f} ms of GP
 for n, (c, v) in sorted(agg.items(), key=lambda x: -x[1][1])[:40]:
     print(f"  {v / steps:8.3f} ms/step {c / steps:6.1f}/step  {n[:110]}")
 PY
-timeout 200 "$gpt" train --config small --device cuda --dropout 0 --data "$w/prose.txt" --steps 100 \
+timeout 200 "$gpt" train --config small --device cuda --dropout 0 --data "$w/prose.txt" --steps 100 --autocast "$precision" \
   --trace "$w/trace.safetensors" > "$logs/run.log" 2>&1
 grep '^median' "$logs/run.log"
-timeout 300 python3 tests/gpt/parity.py "$w/trace.safetensors" --device cuda --steps 3 --bench-steps 50 --profile 5
+timeout 300 python3 tests/gpt/parity.py "$w/trace.safetensors" --device cuda --steps 3 --bench-steps 50 --profile 5 \
+  --autocast "$precision"

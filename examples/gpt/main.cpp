@@ -5,9 +5,9 @@
 //   gpt                                   train the tiny config for 200 steps on the built-in corpus,
 //                                         then print a sample
 //   gpt train [--config tiny|small] [--data FILE] [--tokens char|byte] [--steps N]
-//             [--device cpu|cuda] [--dtype f32|f64] [--value-embeds P] [--value-embeds-dense]
+//             [--device cpu|cuda] [--dtype f32|f64] [--autocast bf16] [--value-embeds P] [--value-embeds-dense]
 //             [--dropout P] [--checkpoint CKPT [--resume | --force] [--save-every K]]
-//             [--log FILE.csv] [--seed S] [--dump-tape FILE] [--trace FILE] [--sample N]
+//             [--log FILE.csv] [--seed S] [--dump-tape FILE] [--trace FILE] [--graph] [--sample N]
 //   gpt sample --checkpoint CKPT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]
 //              [--seed S] [--device cpu|cuda]
 //
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
 
   gpt::TrainOptions t;
-  std::string config = "tiny", dtype = "f32", tokens = "char";
+  std::string config = "tiny", dtype = "f32", tokens = "char", autocast = "f32";
   int64_t value_embeds = 0;
   bool ve_dense = false;
   double dropout = -1;
@@ -80,6 +80,8 @@ int main(int argc, char** argv) {
   train->add_option("--steps", t.steps, "train until this step (default 200)")->check(CLI::Range(1, 100000000));
   train->add_option("--device", t.device, "cpu (default) or cuda[:N]");
   train->add_option("--dtype", dtype, "f32 (default) or f64")->check(CLI::IsMember({"f32", "f64"}));
+  train->add_option("--autocast", autocast, "bf16: the model's products in bf16, all else f32; f32 (default): none")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   train->add_option("--value-embeds", value_embeds, "P value-embed planes, added to the values of layers 0..P-1")
       ->check(CLI::Range(0, 1024));
   train->add_flag("--value-embeds-dense", ve_dense, "look them up with the dense embedding op (for comparison)");
@@ -92,6 +94,8 @@ int main(int argc, char** argv) {
   train->add_option("--seed", t.seed, "the seed of the weights, batches and dropout (default 1337)");
   train->add_option("--dump-tape", t.dump_tape, "write the first step's tape here (for apps/tape)");
   train->add_option("--trace", t.trace, "for the PyTorch parity test: weights, batches, losses, first gradients");
+  train->add_flag("--graph", t.graph, "CUDA: capture one training step as a CUDA graph and replay it for the others "
+                                      "(dropout 0, no value embeddings)");
   train->add_option("--sample", t.sample_tokens, "print a sample of N tokens at the end")->check(CLI::Range(0, 1000000));
 
   gpt::SampleOptions s;
@@ -112,6 +116,7 @@ int main(int argc, char** argv) {
     t.bytes = tokens == "byte";
     t.preset.model.value_embeds = value_embeds;
     t.preset.model.ve_mode = ve_dense ? gpt::ValueEmbeds::dense : gpt::ValueEmbeds::sparse;
+    t.preset.model.products = autocast == "bf16" ? tapegrad::DType::bf16 : tapegrad::DType::f32;
     if (dropout >= 0) t.preset.model.dropout = dropout;
     if (!*train) t.sample_tokens = 200;  // `gpt` alone: the short run and a sample
     return gpt::train(t);

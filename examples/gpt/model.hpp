@@ -39,6 +39,7 @@ struct Config {
   double dropout = 0.0;          // after the embeddings, in each attention's output and each MLP
   int64_t value_embeds = 0;      // P planes, 0 <= P <= L
   ValueEmbeds ve_mode = ValueEmbeds::sparse;
+  DType products = DType::f32;   // bf16: every product of the model in bf16 (ops::Autocast)
 };
 
 struct GPT : nn::Module {
@@ -67,6 +68,7 @@ struct GPT : nn::Module {
   // the sparse value embeddings' gradient buffer (undefined: a plain gather, for evaluation).
   Var operator()(Var ids, Var positions, const ops::ValueEmbedBuffer& buffer = {}) {
     const int64_t B = ids.shape()[0], T = ids.shape()[1], C = config.dim, P = config.value_embeds;
+    ops::Autocast precision(config.products);  // the products' dtype (Note [autocast]); all else f32
     Var x = drop(wte(ids) + wpe(positions));  // (B, T, C) + (T, C)
     Var planes;                               // (P, B, T, C)
     if (P > 0) planes = ops::reshape(value_embeds(ids, buffer), {P, B, T, C});

@@ -14,6 +14,8 @@
 // rates and dropout masks as one that never stopped, and ends with the same bits.
 #include "train.hpp"
 
+#include <tapegrad/config.hpp>
+#include <tapegrad/cuda/cuda.hpp>
 #include <tapegrad/io/atomic_file.hpp>
 #include <tapegrad/io/envelope.hpp>
 #include <tapegrad/optim/sparse.hpp>
@@ -96,6 +98,7 @@ std::string settings_text(const std::string& config, const Preset& p, DType dtyp
   s << "gpt config=" << config << " layers=" << c.layers << " heads=" << c.heads << " dim=" << c.dim
     << " block=" << c.block << " batch=" << c.batch << " dropout=" << fmt(c.dropout) << " value_embeds=" << c.value_embeds
     << " ve_mode=" << (c.ve_mode == ValueEmbeds::sparse ? "sparse" : "dense") << " dtype=" << dtype_name(dtype)
+    << " products=" << dtype_name(c.products)
     << " tokens=" << (bytes ? "byte" : "char") << " lr=" << fmt(p.lr) << " min_lr=" << fmt(p.min_lr)
     << " warmup=" << p.warmup << " decay_steps=" << p.decay_steps << " weight_decay=0.1 beta2=0.99 clip=1";
   return s.str();
@@ -120,7 +123,8 @@ void check_same_settings(const std::string& path, const std::string& file, const
     if (eq == std::string::npos) continue;
     const std::string key = word.substr(0, eq), value = word.substr(eq + 1);
     auto it = theirs.find(key);
-    const std::string had = it == theirs.end() ? "(absent)" : it->second;
+    // a setting added later reads as what the checkpoints from before it ran with
+    const std::string had = it != theirs.end() ? it->second : key == "products" ? "f32" : "(absent)";
     if (had != value)
       refuse(path + " was trained with " + key + "=" + had + ", but this run asks for " + key + "=" + value +
              " (give the same settings, or start a fresh run)");
@@ -311,7 +315,12 @@ int train(const TrainOptions& o) {
   if (o.checkpoint.empty() && (o.resume || o.save_every)) refuse("--resume and --save-every need --checkpoint FILE");
   if (!o.trace.empty() && (c.dropout > 0 || c.value_embeds > 0))
     refuse("--trace is for the PyTorch parity test (tests/gpt/parity.py): it needs --dropout 0 and no value embeddings");
+  if (c.products == DType::bf16 && o.dtype != DType::f32)
+    refuse("--autocast bf16 casts f32 products; it needs --dtype f32, not " + std::string(dtype_name(o.dtype)));
   const Device device = parse_device(o.device);
+  if (o.graph && (!device.is_cuda() || c.dropout > 0 || c.value_embeds > 0 || !o.dump_tape.empty() || !o.trace.empty()))
+    refuse("--graph replays one captured step: it needs --device cuda, --dropout 0 (a replay would repeat the "
+           "mask), no value embeddings, and neither --dump-tape nor --trace");
   const Data data = load_data(o.data, o.bytes, c.block);
   c.vocab = data.V;
   const std::string settings = settings_text(o.config, p, o.dtype, o.bytes);
@@ -359,8 +368,9 @@ int train(const TrainOptions& o) {
     nn::load_generator_state(gen, saved);
   }
   const std::string where = o.data.empty() ? "the built-in corpus" : o.data;
-  std::printf("gpt %s: %lld parameters, %s on %s%s; %s, %lld tokens (%s), vocab %lld; %s step %lld to %lld\n",
+  std::printf("gpt %s: %lld parameters, %s%s on %s%s; %s, %lld tokens (%s), vocab %lld; %s step %lld to %lld\n",
               o.config.c_str(), static_cast<long long>(model.parameter_count()), dtype_name(o.dtype),
+              c.products == DType::bf16 ? " (bf16 products)" : "",
               device.str().c_str(), c.value_embeds ? (" with " + std::to_string(c.value_embeds) + " value-embed planes (" +
                                                      (sparse_ve ? "sparse" : "dense") + ")").c_str() : "",
               where.c_str(), static_cast<long long>(data.ids.size()), o.bytes ? "bytes" : "characters",
@@ -413,6 +423,33 @@ int train(const TrainOptions& o) {
   const int64_t first = step;
   const auto start = std::chrono::steady_clock::now();
   model.train();
+  // Note [a captured step]
+  // With --graph, the step (forward, backward, clipping, AdamW) is recorded once as a CUDA graph,
+  // after two eager steps have made the cuBLAS handle, AdamW's moments and the allocator's blocks,
+  // and each later step is one replay. What a replay must see new is in device memory, written
+  // before it: the batch (copied into two fixed input tensors), AdamW's step scalars from the
+  // schedule's lr (AdamW::write_schedule), and the clipping coefficient, which the step computes on
+  // the device (clip_grad_norm_on_device, where clip_grad_norm would read the norm back). The
+  // replayed kernels are the eager step's, so the two give the same bits: 30 steps with --graph
+  // write the checkpoint of 30 without (scripts/gpu_gpt.sh).
+  Tensor tokens_in, targets_in;  // --graph: the batch's fixed home on the device
+  if (o.graph) {
+    tokens_in = Tensor::zeros(Shape{B, T}, DType::i32, device);
+    targets_in = Tensor::zeros(Shape{B, T}, DType::i32, device);
+  }
+  std::unique_ptr<CapturedGraph> captured;
+  Tensor captured_loss;  // the captured step's loss, rewritten by each replay
+  auto graph_step = [&](bool scheduled) {  // the --graph step's body, eager or captured
+    g.clear();
+    g.zero_grad();
+    Var logits = model(g.input(tokens_in, "tokens"), g.input(pos, "positions"));
+    Var loss = ops::cross_entropy(logits, g.input(targets_in, "targets"));
+    g.backward(loss, {.free_activation_grads = true});
+    (void)optim::clip_grad_norm_on_device(dense_params, 1.0);
+    if (scheduled) adamw.scheduled_step(0);
+    else adamw.step();
+    return loss.value();
+  };
   std::vector<double> step_ms;  // each step's wall time, its loss read back (a synchronization)
   for (; step < o.steps;) {
     const auto step_start = std::chrono::steady_clock::now();
@@ -421,26 +458,43 @@ int train(const TrainOptions& o) {
     if (sparse) sparse->set_lr(lr);
     std::mt19937_64 rng(o.seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(step + 1));
     draw_batch(data, rng, 0, data.split, B, T, x, y);
-    g.clear();
-    g.zero_grad();
-    Var loss = loss_of(x, y, buffer);
-    BackwardRecord record;
-    const bool dump = step == first && !o.dump_tape.empty();
-    g.backward(loss, {.record = dump ? &record : nullptr});
-    if (dump) {
-      DumpOptions options;
-      options.title = title + ", step " + std::to_string(step + 1);
-      write_tape_dump(o.dump_tape, g, &record, options);
+    Tensor loss_value;
+    if (o.graph) {
+      tokens_in.copy_from(Tensor::from_vector(x, Shape{B, T}));
+      targets_in.copy_from(Tensor::from_vector(y, Shape{B, T}));
+      if (step - first < 2) {
+        loss_value = graph_step(false);
+      } else {
+        const uint64_t t = adamw.step_count();
+        adamw.write_schedule(t, 1);
+        if (!captured) captured = capture(device, [&] { captured_loss = graph_step(true); });
+        captured->replay();
+        adamw.set_step_count(t + 1);
+        loss_value = captured_loss;
+      }
+    } else {
+      g.clear();
+      g.zero_grad();
+      Var loss = loss_of(x, y, buffer);
+      BackwardRecord record;
+      const bool dump = step == first && !o.dump_tape.empty();
+      g.backward(loss, {.record = dump ? &record : nullptr, .free_activation_grads = true});
+      if (dump) {
+        DumpOptions options;
+        options.title = title + ", step " + std::to_string(step + 1);
+        write_tape_dump(o.dump_tape, g, &record, options);
+      }
+      if (!o.trace.empty() && step == first)
+        for (auto& [name, v] : model.named_parameters())
+          if (v.grad().defined()) trace.emplace_back("grad." + name, v.grad().to(Device::cpu()).clone());
+      optim::clip_grad_norm(dense_params, 1.0);
+      adamw.step();
+      if (sparse) sparse->step(model.ve->weight.value(), ops::value_embed_pull(buffer));
+      loss_value = loss.value();
     }
-    if (!o.trace.empty() && step == first)
-      for (auto& [name, v] : model.named_parameters())
-        if (v.grad().defined()) trace.emplace_back("grad." + name, v.grad().to(Device::cpu()).clone());
-    optim::clip_grad_norm(dense_params, 1.0);
-    adamw.step();
-    if (sparse) sparse->step(model.ve->weight.value(), ops::value_embed_pull(buffer));
     ++step;
 
-    const double value = loss.value().item();
+    const double value = loss_value.item();
     step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double done = static_cast<double>(step - first), left = static_cast<double>(o.steps - step);
@@ -472,8 +526,13 @@ int train(const TrainOptions& o) {
     std::vector<double> tail(step_ms.begin() + 10, step_ms.end());
     std::nth_element(tail.begin(), tail.begin() + static_cast<ptrdiff_t>(tail.size() / 2), tail.end());
     const double median = tail[tail.size() / 2];
-    std::printf("median step %.2f ms over steps 11 to %lld (%.0f tokens/s)\n", median, static_cast<long long>(step),
-                static_cast<double>(B * T) / median * 1e3);
+    std::string peak;  // the caching allocator's most bytes in use (CUDA only)
+#if TAPEGRAD_WITH_CUDA
+    if (device.is_cuda())
+      peak = "; peak device memory " + std::to_string(cuda::allocator_stats(device.index).peak_bytes_in_use >> 20) + " MiB";
+#endif
+    std::printf("median step %.2f ms over steps 11 to %lld (%.0f tokens/s)%s\n", median, static_cast<long long>(step),
+                static_cast<double>(B * T) / median * 1e3, peak.c_str());
   }
   if (first == o.steps) std::printf("%s is already at step %lld: nothing to train\n", o.checkpoint.c_str(),
                                     static_cast<long long>(step));
@@ -513,6 +572,7 @@ int sample(const SampleOptions& o) {
   c.ve_mode = f.count("ve_mode") && f.at("ve_mode") == "dense" ? ValueEmbeds::dense : ValueEmbeds::sparse;
   const bool bytes = f.count("tokens") && f.at("tokens") == "byte";
   const DType dtype = f.count("dtype") && f.at("dtype") == "f64" ? DType::f64 : DType::f32;
+  c.products = f.count("products") && f.at("products") == "bf16" ? DType::bf16 : DType::f32;
   std::string vocab;
   if (!bytes) {
     auto it = std::find_if(saved.begin(), saved.end(), [](const auto& e) { return e.first == "vocab"; });

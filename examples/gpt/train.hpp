@@ -36,6 +36,7 @@ struct TrainOptions {
   std::string dump_tape;        // the first step's tape, for apps/tape
   std::string trace;            // for the PyTorch parity test: a safetensors file (see train.cpp)
   int64_t sample_tokens = 0;    // after training, print a sample of this many tokens
+  bool graph = false;           // CUDA: capture a training step as one CUDA graph and replay it
 };
 int train(const TrainOptions& o);  // 0, or throws tapegrad::Error for bad input
 

@@ -7,7 +7,9 @@
 // block with a fixed tree over per-thread double sums: deterministic, within one double rounding of
 // the CPU's sum before the final rounding to f32. matmul is cuBLAS (strided-batched GEMMs of the
 // plan in src/kernels/matmul_plan.hpp): FP64 compute for f64, FP32 for f32 (TF32 only after
-// set_allow_tf32(true)); its sums are cuBLAS's, close to the CPU's BLAS but not its bits.
+// set_allow_tf32(true)) and for bf16 operands into f32 (tensor cores); its sums are cuBLAS's, close
+// to the CPU's BLAS but not its bits.
+#include <cuda_bf16.h>
 #include <dlfcn.h>
 
 #include <atomic>
@@ -169,12 +171,15 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
   const long long step_a = batched < 0 ? 0 : p.stride_a[at], step_b = batched < 0 ? 0 : p.stride_b[at],
                   step_out = batched < 0 ? 0 : p.stride_out[at];
   constexpr int64_t kMaxCount = 65535;  // products per call
-  dispatch_float("matmul", a.dtype(), [&]<class T>() {
-    constexpr bool f64 = std::is_same_v<T, double>;
-    const cudaDataType type = f64 ? CUDA_R_64F : CUDA_R_32F;
+  // T: the operands' type; O: out's (f32 for bf16 operands, whose products cuBLAS sums in f32 on
+  // the tensor cores)
+  auto launch = [&]<class T, class O>() {
+    constexpr bool f64 = std::is_same_v<T, double>, bf16 = std::is_same_v<T, __nv_bfloat16>;
+    const cudaDataType type = f64 ? CUDA_R_64F : bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType out_type = f64 ? CUDA_R_64F : CUDA_R_32F;
     const cublasComputeType_t compute =
-        f64 ? CUBLAS_COMPUTE_64F : allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    const T one = 1, zero = 0;
+        f64 ? CUBLAS_COMPUTE_64F : allow_tf32() && !bf16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const O one = 1, zero = 0;
     const CublasApi& cublas = cublas_api();
     cublasHandle_t handle = cublas_for(ctx);
     for (int64_t call = 0; call < p.products() / count; ++call) {
@@ -195,7 +200,7 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
         TG_CUBLAS_CHECK(cublas.gemm_ex(handle, p.tb ? CUBLAS_OP_T : CUBLAS_OP_N, p.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                                        static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), &one,
                                        cdata<T>(b) + ob, type, static_cast<int>(p.ldb), cdata<T>(a) + oa, type,
-                                       static_cast<int>(p.lda), first ? &zero : &one, mdata<T>(out) + oo, type,
+                                       static_cast<int>(p.lda), first ? &zero : &one, mdata<O>(out) + oo, out_type,
                                        static_cast<int>(p.m), compute, CUBLAS_GEMM_DEFAULT));
         continue;
       }
@@ -204,11 +209,13 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
             handle, p.tb ? CUBLAS_OP_T : CUBLAS_OP_N, p.ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(p.m),
             static_cast<int>(p.n), static_cast<int>(p.k), &one, cdata<T>(b) + ob + begin * step_b, type,
             static_cast<int>(p.ldb), step_b, cdata<T>(a) + oa + begin * step_a, type, static_cast<int>(p.lda), step_a,
-            first ? &zero : &one, mdata<T>(out) + oo + begin * step_out, type, static_cast<int>(p.m), step_out,
+            first ? &zero : &one, mdata<O>(out) + oo + begin * step_out, out_type, static_cast<int>(p.m), step_out,
             static_cast<int>(std::min(kMaxCount, count - begin)), compute, CUBLAS_GEMM_DEFAULT));
       }
     }
-  });
+  };
+  if (a.dtype() == DType::bf16) launch.template operator()<__nv_bfloat16, float>();  // the plan checked out is f32
+  else dispatch_float("matmul", a.dtype(), [&]<class T>() { launch.template operator()<T, T>(); });
 }
 
 void matmul_fsum(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {

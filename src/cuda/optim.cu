@@ -40,7 +40,7 @@ struct AdamWGroup {
 // docs/bob.md ("Learner") writes it:
 //   w = w * (1 - lr*wd);  m = b1*m + (1 - b1)*g;  v = b2*v + (1 - b2)*g*g
 //   w = w - step_size * (m / (sqrt(v) / bc2_sqrt + eps))
-// step_scalars, when not null, holds (step_size, bc2_sqrt) in device memory (a captured graph's update).
+// step_scalars, when not null, holds (step_size, bc2_sqrt, decay) in device memory (a captured graph's update).
 __global__ void adamw_kernel(AdamWGroup group, float decay, float beta1, float one_minus_b1, float beta2,
                              float one_minus_b2, float step_size, float bc2_sqrt, float eps,
                              const float* step_scalars) {
@@ -48,6 +48,7 @@ __global__ void adamw_kernel(AdamWGroup group, float decay, float beta1, float o
   if (step_scalars) {
     step_size = step_scalars[0];
     bc2_sqrt = step_scalars[1];
+    decay = step_scalars[2];
   }
   int k = 0;
   while (k + 1 < group.count && blockIdx.x >= group.first_block[k + 1]) ++k;
@@ -163,7 +164,12 @@ template <class T>
 __device__ void scale_in_place(T* x, T s, int64_t n, int64_t begin, int64_t stride) {
   for (int64_t i = begin; i < n; i += stride) x[i] = x[i] * s;
 }
-__global__ void scale_many_kernel(ClipGroup group, float s32, double s64) {
+// factor: null, or a device scalar that replaces s32 and s64 (scale_many_by)
+__global__ void scale_many_kernel(ClipGroup group, float s32, double s64, const double* factor) {
+  if (factor) {
+    s64 = *factor;
+    s32 = static_cast<float>(s64);
+  }
   const int k = group.member(blockIdx.x);
   const int64_t begin = (blockIdx.x - group.first_block[k]) * int64_t{blockDim.x} + threadIdx.x;
   const int64_t stride = int64_t{group.first_block[k + 1] - group.first_block[k]} * blockDim.x;
@@ -184,7 +190,7 @@ void sgd_step(Tensor& param, const Tensor& grad, double lr) {
 }
 
 void adamw_step_many(const std::vector<kernels::AdamWSlot>& slots, const AdamWScalars& s) {
-  const float decay = 1.0f - s.lr * s.weight_decay;  // as the CPU computes them: fp32, one rounding each
+  const float decay = kernels::adamw_decay(s);  // as the CPU computes them: fp32, one rounding each
   const float one_minus_b1 = 1.0f - s.beta1, one_minus_b2 = 1.0f - s.beta2;
   AdamWGroup group{};
   auto launch = [&] {
@@ -269,11 +275,30 @@ void sum_squares_many(const std::vector<const Tensor*>& xs, Tensor& out) {
   sum_squares_into("sum_squares_many", xs, out, mdata<double>(out));
 }
 
-void scale_many(const std::vector<Tensor*>& xs, double s) {
+namespace {
+
+// norm = sqrt(sumsq), factor = max_norm / (norm + 1e-6) below 1 (or NaN), else 1: one thread
+__global__ void clip_factor_kernel(const double* sumsq, double max_norm, double* norm, double* factor) {
+  const double total = sqrt(*sumsq), coefficient = max_norm / (total + 1e-6);
+  *norm = total;
+  *factor = coefficient >= 1.0 ? 1.0 : coefficient;
+}
+
+}  // namespace
+
+void clip_factor(const Tensor& sumsq, double max_norm, Tensor& norm, Tensor& factor) {
+  clip_factor_kernel<<<1, 1, 0, stream_for(sumsq)>>>(cdata<double>(sumsq), max_norm, mdata<double>(norm),
+                                                     mdata<double>(factor));
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
+void scale_many_with(const std::vector<Tensor*>& xs, double s, const double* factor) {
   ClipGroup group{};
   cudaStream_t stream = nullptr;
   auto launch = [&] {
-    scale_many_kernel<<<group.blocks(), kBlock, 0, stream>>>(group, static_cast<float>(s), s);
+    scale_many_kernel<<<group.blocks(), kBlock, 0, stream>>>(group, static_cast<float>(s), s, factor);
     TG_CUDA_CHECK_LAUNCH();
     group = ClipGroup{};
   };
@@ -284,6 +309,13 @@ void scale_many(const std::vector<Tensor*>& xs, double s) {
     if (group.add(x->raw_data(), n, is_f64("scale_many", x->dtype()), 0, blocks_for(n))) launch();
   }
   if (group.count > 0) launch();
+}
+
+}  // namespace
+
+void scale_many(const std::vector<Tensor*>& xs, double s) { scale_many_with(xs, s, nullptr); }
+void scale_many_by(const std::vector<Tensor*>& xs, const Tensor& factor) {
+  scale_many_with(xs, 0.0, cdata<double>(factor));
 }
 
 }  // namespace tapegrad::cuda

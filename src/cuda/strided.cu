@@ -249,7 +249,7 @@ __global__ void index_add_kernel(T* dst, const I* ids, const T* src, int64_t tot
 
 template <class S, class D>
 __global__ void cast_kernel(const S* x, D* out, int64_t n) {
-  TG_GRID_STRIDE(i, n) out[i] = static_cast<D>(x[i]);
+  TG_GRID_STRIDE(i, n) out[i] = kernels::convert<D>(x[i]);
 }
 
 template <class T>
@@ -447,8 +447,8 @@ void index_add(Tensor& dst, int axis, const Tensor& ids, const Tensor& src) {
 void cast(const Tensor& x, Tensor& out) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  dispatch_arithmetic("to", "CUDA", x.dtype(), [&]<class S>() {
-    dispatch_arithmetic("to", "CUDA", out.dtype(), [&]<class D>() {
+  kernels::dispatch_castable("to", "CUDA", x.dtype(), [&]<class S>() {
+    kernels::dispatch_castable("to", "CUDA", out.dtype(), [&]<class D>() {
       cast_kernel<S, D><<<blocks_for(n), kBlock, 0, stream_for(x)>>>(cdata<S>(x), mdata<D>(out), n);
       TG_CUDA_CHECK_LAUNCH();
     });

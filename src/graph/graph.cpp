@@ -320,6 +320,11 @@ void Graph::backward(Var loss, const BackwardOptions& options) {
     if (options.record) options.record->visits.push_back(static_cast<int32_t>(i));
     BackwardContext ctx(*this, n, static_cast<int32_t>(i), options);
     n.backward(ctx);
+    if (options.free_activation_grads && !options.record) {  // every contribution to it has arrived and been read
+      Value& done = mutable_value(n.output);
+      done.grad = Tensor();
+      done.sparse_grad = RowSparse();
+    }
   }
 
   if (!options.retain_graph) {

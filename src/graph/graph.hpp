@@ -160,6 +160,11 @@ struct BackwardOptions {
   bool overwrite_bug = false;       // contributions write instead of add (Note [overwrite-bug mode])
   bool retain_graph = false;        // keep saved tensors so backward() can run again over this tape
   BackwardRecord* record = nullptr; // when set, the engine logs visits and contributions here
+  // Drop each activation's gradient as soon as its node's backward has read it (PyTorch's rule for
+  // non-leaf tensors), so that a step's peak holds the activations and the gradients in flight, not
+  // every gradient at once; Var::grad() of an activation is then undefined after backward().
+  // Parameters keep theirs. Ignored while recording (the record reads every value's gradient).
+  bool free_activation_grads = false;
 };
 
 class Graph {

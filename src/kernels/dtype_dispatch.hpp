@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
+#include "tapegrad/kernels/bf16.hpp"
 #include "tapegrad/tensor/dtype.hpp"
 #include "tapegrad/tensor/error.hpp"
 
@@ -33,6 +35,13 @@ void dispatch_arithmetic(const char* op, const char* device, DType t, F&& f) {
     case DType::u8: f.template operator()<uint8_t>(); return;
     default: throw Error(std::string("[") + op + "] no " + device + " kernel for " + dtype_name(t));
   }
+}
+
+// dispatch_arithmetic's dtypes and bf16 (as kernels::bf16, bf16.hpp): the casts'.
+template <class F>
+void dispatch_castable(const char* op, const char* device, DType t, F&& f) {
+  if (t == DType::bf16) return f.template operator()<bf16>();
+  dispatch_arithmetic(op, device, t, std::forward<F>(f));
 }
 
 }  // namespace tapegrad::kernels

@@ -270,11 +270,11 @@ void sum_squares_many(const std::vector<const Tensor*>& xs, Tensor& out) {
   TG_DISPATCH("sum_squares_many", sum_squares_many(xs, out), &out);
 }
 
-void scale_many(const std::vector<Tensor*>& xs, double s) {
-  if (xs.empty()) return;
-  check_float_tensors("scale_many", xs, nullptr);
-  // Each scaled once: two tensors on the same bytes (a reshape of the other) would be scaled twice,
-  // and on CUDA by two blocks at once.
+namespace {
+
+// Each tensor scaled once: two tensors on the same bytes (a reshape of the other) would be scaled
+// twice, and on CUDA by two blocks at once.
+void need_distinct_bytes(const char* op, const std::vector<Tensor*>& xs) {
   std::vector<std::pair<const void*, size_t>> bytes;
   for (size_t i = 0; i < xs.size(); ++i)
     if (xs[i]->numel() > 0) bytes.emplace_back(xs[i]->raw_data(), i);
@@ -282,9 +282,40 @@ void scale_many(const std::vector<Tensor*>& xs, double s) {
   const auto shared =
       std::adjacent_find(bytes.begin(), bytes.end(), [](const auto& a, const auto& b) { return a.first == b.first; });
   if (shared != bytes.end())
-    throw Error("[scale_many] tensors " + std::to_string(shared->second) + " and " +
+    throw Error(std::string("[") + op + "] tensors " + std::to_string(shared->second) + " and " +
                 std::to_string(std::next(shared)->second) + " share their bytes; list each tensor once");
+}
+
+}  // namespace
+
+void scale_many(const std::vector<Tensor*>& xs, double s) {
+  if (xs.empty()) return;
+  check_float_tensors("scale_many", xs, nullptr);
+  need_distinct_bytes("scale_many", xs);
   TG_DISPATCH("scale_many", scale_many(xs, s), xs.front());
+}
+
+namespace {
+void need_f64_scalar(const char* op, const char* what, const Tensor& t) {
+  if (!t.defined() || t.dtype() != DType::f64 || t.ndim() != 0)
+    throw Error(std::string("[") + op + "] " + what + " must be a () f64 tensor, got " +
+                (t.defined() ? t.shape().str() + " " + dtype_name(t.dtype()) : std::string("undefined")));
+}
+}  // namespace
+
+void scale_many_by(const std::vector<Tensor*>& xs, const Tensor& factor) {
+  need_f64_scalar("scale_many_by", "factor", factor);
+  if (xs.empty()) return;
+  check_float_tensors("scale_many_by", xs, &factor);
+  need_distinct_bytes("scale_many_by", xs);
+  TG_DISPATCH("scale_many_by", scale_many_by(xs, factor), xs.front(), &factor);
+}
+
+void clip_factor(const Tensor& sumsq, double max_norm, Tensor& norm, Tensor& factor) {
+  need_f64_scalar("clip_factor", "sumsq", sumsq);
+  need_f64_scalar("clip_factor", "norm", norm);
+  need_f64_scalar("clip_factor", "factor", factor);
+  TG_DISPATCH("clip_factor", clip_factor(sumsq, max_norm, norm, factor), &sumsq, &norm, &factor);
 }
 
 }  // namespace tapegrad::kernels

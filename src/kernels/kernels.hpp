@@ -60,7 +60,7 @@ void scatter_add_axis(Tensor& dst, int axis, const Tensor& ids, const Tensor& sr
 // x (outer, n, inner), ids (k,) -> out (outer, k, inner) = x[:, ids, :]
 void index_select(const Tensor& x, int axis, const Tensor& ids, Tensor& out);
 void index_add(Tensor& dst, int axis, const Tensor& ids, const Tensor& src);  // index_select's adjoint: dst += ...
-void cast(const Tensor& x, Tensor& out);  // out = x converted to out's dtype (f64 f32 i32 i64 u8)
+void cast(const Tensor& x, Tensor& out);  // out = x converted to out's dtype (f64 f32 bf16 i32 i64 u8)
 void clamp(const Tensor& x, double lo, double hi, Tensor& y);  // clamp_of (binary_ops.hpp)
 void clamp_backward(const Tensor& x, double lo, double hi, const Tensor& dy, Tensor& dx);
 
@@ -71,7 +71,8 @@ void clamp_backward(const Tensor& x, double lo, double hi, const Tensor& dy, Ten
 // repeats); every product of the broadcast batch lands in its out matrix, and the products that
 // land in the same one (along an axis where out has size 1 or none and a or b more) are summed.
 // That is a batched product and both its gradients: da = sum over b's repeats of dy @ b^T. f32 and
-// f64, through BLAS on the CPU (OpenBLAS, Note [BLAS threads] in cpu/linalg.cpp) and cuBLAS on
+// f64, or bf16 operands with an f32 out (autocast's products: each product of two bf16 values is
+// exact in f32, the sums are f32's; the CPU widens the operands and runs its f32 product), through BLAS on the CPU (OpenBLAS, Note [BLAS threads] in cpu/linalg.cpp) and cuBLAS on
 // CUDA: their rounding (fused multiply-adds, their own blocking), the same bits on every run of one
 // machine, and on the CPU for every thread count. Shapes that do not fit are an error naming them.
 void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out);
@@ -140,11 +141,13 @@ struct AdamWScalars {
   float step_size, bc2_sqrt;  // (float)(lr / bc1), (float)sqrt(bc2), computed in fp64 by the caller
   // the same in fp64, for f64 parameters: the config's values and lr / bc1, sqrt(bc2) unrounded
   double lr64 = 0, beta1_64 = 0, beta2_64 = 0, eps64 = 0, weight_decay64 = 0, step_size64 = 0, bc2_sqrt64 = 0;
-  // For CUDA graphs: when set, the kernel reads step_size and bc2_sqrt from these two floats in the
-  // parameter's device memory instead, so a replayed update uses the scalars written before the
-  // replay (AdamW::write_schedule). CUDA only.
+  // For CUDA graphs: when set, the kernel reads step_size, bc2_sqrt and the decay factor
+  // (adamw_decay) from these three floats in the parameter's device memory instead, so a replayed
+  // update uses the scalars written before the replay (AdamW::write_schedule). CUDA only.
   const float* device_step_scalars = nullptr;
 };
+// The f32 update's decay factor, 1 - lr * weight_decay in fp32 (one rounding each), as both devices compute it.
+inline float adamw_decay(const AdamWScalars& s) { return 1.0f - s.lr * s.weight_decay; }
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWScalars& s);
 // The same update of several parameters (all on one device): on CUDA one launch per 16 of them,
 // as fused optimizers do ("multi-tensor apply"); on the CPU adamw_step on each in turn.
@@ -269,5 +272,11 @@ void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& 
 void sum_squares_many(const std::vector<const Tensor*>& xs, Tensor& out);
 // x = x * s in place for every x of xs (no two sharing their bytes): the bits of scale(x, s, x).
 void scale_many(const std::vector<Tensor*>& xs, double s);
+// The same with s read on the device from factor, a () f64 tensor there: no read-back, so it can
+// be captured in a CUDA graph.
+void scale_many_by(const std::vector<Tensor*>& xs, const Tensor& factor);
+// clip_grad_norm's coefficient on the device, () f64 tensors of one device: norm = sqrt(sumsq) and
+// factor = max_norm / (norm + 1e-6) where that is below 1 (or NaN), else exactly 1.
+void clip_factor(const Tensor& sumsq, double max_norm, Tensor& norm, Tensor& factor);
 
 }  // namespace tapegrad::kernels

@@ -44,7 +44,7 @@ struct MatmulPlan {
 // along it, a is stored transposed and b is not (the sum over i of a[i]^T @ b[i] for a (B, p, n)
 // and b (B, p, m) is a^T @ b of their (B*p, n) and (B*p, m) stacks: a weight's gradient).
 MatmulPlan plan_matmul(const char* op, const Shape& a, bool ta, const Shape& b, bool tb, const Shape& out);
-// The same for tensors, whose dtypes must agree too.
+// The same for tensors, whose dtypes must agree too (or be bf16 operands and an f32 out).
 MatmulPlan plan_matmul(const char* op, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& out);
 
 }  // namespace tapegrad::kernels

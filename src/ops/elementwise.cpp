@@ -159,15 +159,16 @@ TG_COMPARE_DEFINE(gt)
 TG_COMPARE_DEFINE(ge)
 #undef TG_COMPARE_DEFINE
 
-// x (s) -> (s) of dtype;  dx = dy converted back to x's dtype (floating dtypes only: a cast to an
-// integer dtype takes no gradient)
+// x (s) -> (s) of dtype;  dx = dy converted back to x's dtype (floating dtypes only, bf16 among
+// them: a cast to or from an integer dtype takes no gradient)
 Var to(Var x, DType dtype) {
   Graph& g = graph_of("to", {x});
   const Tensor& v = x.value();
   if (v.dtype() == dtype) return x;
   Tensor out = Tensor::empty(v.shape(), dtype, v.device());
   kernels::cast(v, out);
-  const bool floats = (dtype == DType::f64 || dtype == DType::f32) && (v.dtype() == DType::f64 || v.dtype() == DType::f32);
+  auto floating = [](DType t) { return t == DType::f64 || t == DType::f32 || t == DType::bf16; };
+  const bool floats = floating(dtype) && floating(v.dtype());
   return g.record("to", std::move(out), {x}, floats ? [](BackwardContext& ctx) {
     Tensor dx = like(ctx.input(0));
     kernels::cast(ctx.grad_output(), dx);

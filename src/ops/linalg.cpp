@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <array>
 
+#include "tapegrad/ops/autocast.hpp"
 #include "tapegrad/ops/common.hpp"
 #include "tapegrad/ops/ops.hpp"
 
@@ -40,13 +41,26 @@ Shape product_shape(const Shape& a, const Shape& b, const Shape& shown_a, const 
   return Shape(dims.begin(), dims.begin() + batch + 2);
 }
 
+// The dtype a product of f32 operands computes in (bf16 inside an Autocast scope); other dtypes
+// compute in their own.
+DType compute_dtype(const Tensor& x) { return x.dtype() == DType::f32 ? autocast_dtype() : x.dtype(); }
+
+// The operand a product multiplies: v itself, or its copy in the compute dtype (Note [autocast]).
+Tensor operand(const Tensor& v, DType compute) {
+  if (v.dtype() == compute) return v;
+  Tensor c = Tensor::empty(v.shape(), compute, v.device());
+  kernels::cast(v, c);
+  return c;
+}
+
 }  // namespace
 
 // a (..., n, k) @ b (..., k, m) -> (..., n, m), the batch axes broadcast; a 1-D a (k,) or b (k,)
 // is a row or a column whose axis the result drops (torch.matmul): (k,) @ (k,) -> (), (k,) @
 // (..., k, m) -> (..., m), (..., n, k) @ (k,) -> (..., n).
 // da = dy @ b^T, db = a^T @ dy, each summed over the batch axes its operand was broadcast along
-// (a weight (k, m) used by x (B, T, n, k) gets the sum over B and T).
+// (a weight (k, m) used by x (B, T, n, k) gets the sum over B and T). In an Autocast scope, f32
+// operands multiply as bf16 (Note [autocast]).
 Var matmul(Var a, Var b) {
   Graph& g = graph_of("matmul", {a, b});
   const Tensor& x = a.value();
@@ -62,22 +76,30 @@ Var matmul(Var a, Var b) {
   if (w.ndim() > 1) shape.push_back(matrices[matrices.ndim() - 1]);
   Tensor out = Tensor::empty(shape, x.dtype(), x.device());
   Tensor out_matrices = out.reshape(matrices);
-  kernels::matmul(x.reshape(as_rows(x.shape())), false, w.reshape(as_columns(w.shape())), false, out_matrices);
+  // inside an Autocast scope, bf16 copies of f32 operands, saved for the backward (Note [autocast])
+  const DType compute = compute_dtype(x);
+  const Tensor xc = operand(x, compute), wc = operand(w, compute);
+  kernels::matmul(xc.reshape(as_rows(x.shape())), false, wc.reshape(as_columns(w.shape())), false, out_matrices);
+  std::array<Tensor, 2> saved;
+  if (compute != x.dtype()) saved = {xc, wc};
   return g.record("matmul", std::move(out), {a, b}, [](BackwardContext& ctx) {
-    const Tensor x = ctx.input(0).reshape(as_rows(ctx.input(0).shape()));
-    const Tensor w = ctx.input(1).reshape(as_columns(ctx.input(1).shape()));
-    const Tensor dy = ctx.grad_output().reshape(product_shape(x.shape(), w.shape(), x.shape(), w.shape()));
+    const bool cast = ctx.saved(0).defined();
+    const Tensor& xc = cast ? ctx.saved(0) : ctx.input(0);
+    const Tensor& wc = cast ? ctx.saved(1) : ctx.input(1);
+    const Tensor x = xc.reshape(as_rows(xc.shape())), w = wc.reshape(as_columns(wc.shape()));
+    const Shape dy_shape = product_shape(x.shape(), w.shape(), x.shape(), w.shape());
+    const Tensor dy = operand(ctx.grad_output(), xc.dtype()).reshape(dy_shape);
     if (ctx.needs_grad(0)) {
-      Tensor dx = like(x);
+      Tensor dx = Tensor::empty(x.shape(), ctx.input(0).dtype(), x.device());
       kernels::matmul(dy, false, w, true, dx);
       ctx.accumulate(0, dx.reshape(ctx.input(0).shape()));
     }
     if (ctx.needs_grad(1)) {
-      Tensor dw = like(w);
+      Tensor dw = Tensor::empty(w.shape(), ctx.input(1).dtype(), w.device());
       kernels::matmul(x, true, dy, false, dw);
       ctx.accumulate(1, dw.reshape(ctx.input(1).shape()));
     }
-  });
+  }, std::move(saved));
 }
 
 // x (n, m) + b (m,) -> (n, m);  dx = dy, db = sum_i dy[i] (m,)
@@ -159,7 +181,8 @@ Shape as_matrix_of_rows(const Shape& s) {
 
 // x (..., in) @ W (out, in)^T + b (out,) -> (..., out), as torch.nn.functional.linear; b may be an
 // undefined Var (no bias). One GEMM over x's leading axes flattened, x as (N, in).
-// dx = dy @ W, dW = dy^T @ x, db = sum of dy over its N rows (dy as (N, out)).
+// dx = dy @ W, dW = dy^T @ x, db = sum of dy over its N rows (dy as (N, out)). In an Autocast
+// scope, f32 x and W multiply as bf16 (Note [autocast]).
 Var linear(Var x, Var w, Var b) {
   const bool bias = b.defined();
   Graph& g = bias ? graph_of("linear", {x, w, b}) : graph_of("linear", {x, w});
@@ -184,20 +207,27 @@ Var linear(Var x, Var w, Var b) {
   shape.push_back(W.dim(0));
   Tensor out = Tensor::empty(shape, v.dtype(), v.device());
   Tensor rows = out.reshape(as_matrix_of_rows(shape));
-  kernels::matmul(v.reshape(as_matrix_of_rows(v.shape())), false, W, true, rows);
+  // inside an Autocast scope, bf16 copies of f32 x and W, saved for the backward (Note [autocast])
+  const DType compute = compute_dtype(v);
+  const Tensor xc = operand(v, compute).reshape(as_matrix_of_rows(v.shape())), Wc = operand(W, compute);
+  kernels::matmul(xc, false, Wc, true, rows);
   if (bias) kernels::add_row(rows, b.value(), rows);
+  std::array<Tensor, 2> saved;
+  if (compute != v.dtype()) saved = {xc, Wc};
   auto backward = [](BackwardContext& ctx) {
-    const Tensor x = ctx.input(0).reshape(as_matrix_of_rows(ctx.input(0).shape()));  // (N, in)
-    const Tensor& W = ctx.input(1);                                                   // (out, in)
-    const Tensor dy = ctx.grad_output().reshape(as_matrix_of_rows(ctx.grad_output().shape()));  // (N, out)
+    const bool cast = ctx.saved(0).defined();
+    const Tensor xc = cast ? ctx.saved(0) : ctx.input(0).reshape(as_matrix_of_rows(ctx.input(0).shape()));  // (N, in)
+    const Tensor& Wc = cast ? ctx.saved(1) : ctx.input(1);                                                // (out, in)
+    const Tensor dy = ctx.grad_output().reshape(as_matrix_of_rows(ctx.grad_output().shape()));            // (N, out)
+    const Tensor dyc = operand(dy, xc.dtype());
     if (ctx.needs_grad(0)) {
-      Tensor dx = like(x);
-      kernels::matmul(dy, false, W, false, dx);
+      Tensor dx = Tensor::empty(xc.shape(), ctx.input(0).dtype(), xc.device());
+      kernels::matmul(dyc, false, Wc, false, dx);
       ctx.accumulate(0, dx.reshape(ctx.input(0).shape()));
     }
     if (ctx.needs_grad(1)) {
-      Tensor dW = like(W);
-      kernels::matmul(dy, true, x, false, dW);
+      Tensor dW = like(ctx.input(1));
+      kernels::matmul(dyc, true, xc, false, dW);
       ctx.accumulate(1, dW);
     }
     if (ctx.node().inputs.size() == 3 && ctx.needs_grad(2)) {
@@ -206,8 +236,8 @@ Var linear(Var x, Var w, Var b) {
       ctx.accumulate(2, db);
     }
   };
-  if (bias) return g.record("linear", std::move(out), {x, w, b}, backward);
-  return g.record("linear", std::move(out), {x, w}, backward);
+  if (bias) return g.record("linear", std::move(out), {x, w, b}, backward, std::move(saved));
+  return g.record("linear", std::move(out), {x, w}, backward, std::move(saved));
 }
 
 }  // namespace tapegrad::ops

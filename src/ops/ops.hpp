@@ -44,7 +44,7 @@ Var lt(Var a, Var b);
 Var le(Var a, Var b);
 Var gt(Var a, Var b);
 Var ge(Var a, Var b);
-Var to(Var x, DType dtype);  // a cast; f64 <-> f32 carries the gradient back
+Var to(Var x, DType dtype);  // a cast; between f64, f32 and bf16 it carries the gradient back
 
 // ---- reductions (linalg.cpp: the full ones; reduce.cpp: along axes; no axes = all of them)
 Var sum(Var x);   // -> (), correctly rounded in f64
@@ -111,6 +111,7 @@ Var linear(Var x, Var w, Var b = Var());
 // Generator (fused/dropout.hpp)
 #include "tapegrad/ops/fused/dropout.hpp"
 #include "tapegrad/ops/fused/norm.hpp"
+#include "tapegrad/ops/autocast.hpp"
 
 namespace tapegrad {
 inline Var operator+(Var a, Var b) { return ops::add(a, b); }

@@ -104,10 +104,12 @@ void AdamW::step() {
 }
 
 // Note [AdamW in a captured graph]
-// The step scalars (step_size, bc2_sqrt) change every update, and a captured kernel's arguments are
-// frozen at capture. So a captured update passes the kernel the address of a slot in a small device
-// table instead, and the host fills the table for the updates a replay will make: scalars(t) on
-// the host, the same fp64 arithmetic, so the replayed update equals step() bit for bit. Computing
+// The step scalars (step_size, bc2_sqrt) change every update, and with a learning-rate schedule so
+// does the decay factor 1 - lr * weight_decay; a captured kernel's arguments are frozen at
+// capture. So a captured update passes the kernel the address of a slot in a small device table
+// instead, and the host fills the table for the updates a replay will make: scalars(t) on the host
+// from each group's lr when written, the same arithmetic, so the replayed update equals step() bit
+// for bit. Computing
 // beta^t on the device instead (what PyTorch's capturable AdamW does) would bring the device's pow,
 // which need not round like the host's.
 void AdamW::write_schedule(uint64_t t, size_t n) {
@@ -117,7 +119,7 @@ void AdamW::write_schedule(uint64_t t, size_t n) {
     if (p.value().device() != device)
       throw Error("[adamw] a step schedule needs every parameter on one device; found " + device.str() + " and " +
                   p.value().device().str());
-  const int64_t per_slot = 2 * static_cast<int64_t>(groups_.size());
+  const int64_t per_slot = kScheduleFloats * static_cast<int64_t>(groups_.size());
   if (!schedule_.defined()) schedule_ = Tensor::zeros(Shape{static_cast<int64_t>(n), per_slot}, DType::f32, device);
   if (static_cast<int64_t>(n) > schedule_.dim(0))
     throw Error("[adamw] the step schedule has " + std::to_string(schedule_.dim(0)) + " slots (a captured graph " +
@@ -126,8 +128,10 @@ void AdamW::write_schedule(uint64_t t, size_t n) {
   for (size_t k = 0; k < n; ++k)
     for (size_t i = 0; i < groups_.size(); ++i) {
       const kernels::AdamWScalars s = scalars(t + k + 1, i);
-      host[k * static_cast<size_t>(per_slot) + 2 * i] = s.step_size;
-      host[k * static_cast<size_t>(per_slot) + 2 * i + 1] = s.bc2_sqrt;
+      float* at = host.data() + k * static_cast<size_t>(per_slot) + kScheduleFloats * i;
+      at[0] = s.step_size;
+      at[1] = s.bc2_sqrt;
+      at[2] = kernels::adamw_decay(s);
     }
   schedule_.copy_from(Tensor::from_vector(host, schedule_.shape()));
 }
@@ -173,7 +177,7 @@ void AdamW::update_all(int64_t slot) {
       kernels::AdamWScalars s = scalars(slot < 0 ? steps_[first] : t_ + 1, group);
       if (slot >= 0)  // the other scalars are fixed at capture; these two are read when the kernel runs
         s.device_step_scalars = static_cast<const float*>(schedule_.raw_data()) + slot * schedule_.dim(1) +
-                                2 * static_cast<int64_t>(group);
+                                kScheduleFloats * static_cast<int64_t>(group);
       kernels::adamw_step_many(slots, s);
       for (const kernels::AdamWSlot& entry : slots) {
         entry.param->mark_modified();

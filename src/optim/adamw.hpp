@@ -91,8 +91,8 @@ class AdamW {
   // its address). Call it before capturing, and before each replay. Throws if n exceeds the table.
   // A captured update gives every parameter with a gradient these scalars (their own counts do not
   // apply, and do not move: set them after the replay with set_step_count). The table holds them
-  // per group, from each group's lr when written; the other scalars are those at capture, so
-  // change hyperparameters only with a new capture.
+  // per group, from each group's lr when written (so a schedule's lr may change between replays);
+  // the betas, eps and weight decay are those at capture: change them only with a new capture.
   void write_schedule(uint64_t t, size_t n);
   // The update of every parameter with a gradient, its step scalars read from slot k of that table
   // when the kernel runs: what a captured body calls. It does not move the step count; the caller
@@ -112,7 +112,9 @@ class AdamW {
   std::vector<std::vector<uint8_t>> zero_blocks_;
   uint64_t t_ = 0;              // step() calls
   std::vector<uint64_t> steps_;  // per parameter: the updates it has had
-  Tensor schedule_;  // (slots, 2 * groups) f32 on the parameters' device: (step_size, bc2_sqrt) per slot and group
+  // (slots, 3 * groups) f32 on the parameters' device: (step_size, bc2_sqrt, decay) per slot and group
+  static constexpr int64_t kScheduleFloats = 3;
+  Tensor schedule_;
 
   // Parameters with a gradient: each with its own count's scalars, or with its group's scalars from
   // slot `slot` of the schedule (a captured update) when slot >= 0.

@@ -98,6 +98,35 @@ double clip_grad_norm(const std::vector<Var>& params, double max_norm) {
   return total;
 }
 
+Tensor clip_grad_norm_on_device(const std::vector<Var>& params, double max_norm) {
+  const char* op = "clip_grad_norm_on_device";
+  check_limit(op, "max_norm", max_norm);
+  const std::vector<Var> grads = with_gradients(op, params);
+  if (grads.empty()) return Tensor::from_doubles({0.0}, Shape{}, DType::f64);
+  std::vector<Tensor> entries;
+  entries.reserve(grads.size());
+  for (const Var& p : grads) entries.push_back(p.grad_entries_for_write());
+  const Device device = entries.front().device();
+  for (const Tensor& e : entries)
+    if (!(e.device() == device))
+      throw Error(std::string("[") + op + "] the gradients are on " + device.str() + " and " + e.device().str() +
+                  "; it takes one device (clip_grad_norm takes several)");
+  std::vector<const Tensor*> read;
+  std::vector<Tensor*> write;
+  for (Tensor& e : entries) {
+    read.push_back(&e);
+    write.push_back(&e);
+  }
+  Tensor sums = Tensor::empty(Shape{static_cast<int64_t>(read.size())}, DType::f64, device);
+  kernels::sum_squares_many(read, sums);
+  Tensor sumsq = Tensor::empty(Shape{}, DType::f64, device), norm = Tensor::empty(Shape{}, DType::f64, device);
+  Tensor factor = Tensor::empty(Shape{}, DType::f64, device);
+  kernels::sum_all(sums, sumsq);
+  kernels::clip_factor(sumsq, max_norm, norm, factor);
+  kernels::scale_many_by(write, factor);
+  return norm;
+}
+
 void clip_grad_value(const std::vector<Var>& params, double clip_value) {
   check_limit("clip_grad_value", "clip_value", clip_value);
   for (const Var& p : with_gradients("clip_grad_value", params)) {

@@ -26,6 +26,13 @@ double grad_norm(const std::vector<Var>& params);
 // max_norm finite and >= 0.
 double clip_grad_norm(const std::vector<Var>& params, double max_norm);
 
+// clip_grad_norm without a synchronization: the total norm stays on the device, as a () f64
+// tensor (returned), the coefficient is computed there (kernels::clip_factor) and every gradient is
+// multiplied by it, 1 when the norm is within max_norm. The gradients get clip_grad_norm's bits,
+// and the whole call can be captured in a CUDA graph (a training step replayed with no host
+// synchronization). The gradients must be on one device.
+Tensor clip_grad_norm_on_device(const std::vector<Var>& params, double max_norm);
+
 // PyTorch's clip_grad_value_: every gradient element clamped to [-clip_value, clip_value] (NaN
 // kept). clip_value finite and >= 0.
 void clip_grad_value(const std::vector<Var>& params, double clip_value);

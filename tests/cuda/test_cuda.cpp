@@ -12,6 +12,7 @@
 #include "needs.hpp"
 #include "op_cases.hpp"
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -321,6 +322,50 @@ TEST_CASE("[gpu] f32 matmul uses TF32 only when allowed") {
   auto back = run_both(args, [](std::vector<Tensor>& a) { kernels::matmul(a[0], false, a[1], false, a[2]); });
   cuda::set_allow_tf32(false);
   check_close(args[2], back[2], 5e-3, "tf32 matmul");  // 10-bit products: ~1e-3 relative
+}
+
+TEST_CASE("[gpu] bf16 casts give the CPU's bits; autocast's products the CPU's within f32's rounding") {
+  // every f32 bit pattern class: random words (NaNs, infinities, subnormals among them) and ties
+  std::vector<float> words;
+  std::mt19937 bits(11);
+  for (int i = 0; i < 100000; ++i) words.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits())));
+  for (uint32_t tie : {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0xff800001u}) words.push_back(std::bit_cast<float>(tie));
+  const Tensor x = Tensor::from_vector(words, Shape{static_cast<int64_t>(words.size())});
+  const Shape n = x.shape();
+  for (DType from : {DType::f32, DType::f64, DType::i32}) {
+    std::vector<Tensor> args{from == DType::f32 ? x : random(n, from, -1e3, 1e3), poisoned(n, DType::bf16),
+                             poisoned(n, DType::f32)};
+    auto back = run_both(args, [](std::vector<Tensor>& a) {
+      kernels::cast(a[0], a[1]);
+      kernels::cast(a[1], a[2]);
+    });
+    check_bits(args[1], back[1], std::string(name(from)) + " -> bf16");
+    check_bits(args[2], back[2], std::string(name(from)) + " -> bf16 -> f32");
+  }
+  // autocast's linear (bias, 3-D x) and batched matmul, forward and backward, CUDA against the CPU
+  for (const bool batched : {false, true}) {
+    const std::string what = batched ? "autocast matmul (3, 64, 96) @ (3, 96, 48)" : "autocast linear (4, 50, 96) -> 80";
+    const Tensor a = batched ? random({3, 64, 96}, DType::f32) : random({4, 50, 96}, DType::f32);
+    const Tensor w = batched ? random({3, 96, 48}, DType::f32) : random({80, 96}, DType::f32);
+    const Tensor b = random({80}, DType::f32);
+    const Tensor dy = batched ? random({3, 64, 48}, DType::f32) : random({4, 50, 80}, DType::f32);
+    auto run = [&](Device d) {
+      Graph g;
+      Var av = g.parameter(a.to(d)), wv = g.parameter(w.to(d)), bv = g.parameter(b.to(d));
+      Var y;
+      {
+        ops::Autocast scope;
+        y = batched ? ops::matmul(av, wv) : ops::linear(av, wv, bv);
+      }
+      g.backward(ops::sum(ops::mul(y, g.input(dy.to(d)))));
+      std::vector<Tensor> out{y.value().to(kCpu), av.grad().to(kCpu), wv.grad().to(kCpu)};
+      if (!batched) out.push_back(bv.grad().to(kCpu));
+      return out;
+    };
+    const std::vector<Tensor> cpu = run(kCpu), gpu = run(kGpu);
+    const char* names[] = {"y", "dx", "dW", "db"};
+    for (size_t k = 0; k < cpu.size(); ++k) check_close(cpu[k], gpu[k], 1e-5, what + " " + names[k]);
+  }
 }
 
 TEST_CASE("[gpu] gather and its scatter backward, with repeated ids") {
@@ -979,7 +1024,7 @@ TEST_CASE("[gpu] clip_grad_norm, grouped SGD and AdamW on CUDA give the CPU's bi
   for (DType t : kFloats) {
     INFO(name(t));
     const std::vector<Tensor> init{random(Shape{40, 70}, t), random(Shape{70}, t)};
-    GivenGradients cpu_model(kCpu, t, init), gpu_model(kGpu, t, init);
+    GivenGradients cpu_model(kCpu, t, init), gpu_model(kGpu, t, init), on_device(kGpu, t, init);
     auto groups = [](GivenGradients& m) { return optim::decay_groups({m.w, m.b}, 0.05); };
     optim::SGD cpu_sgd(groups(cpu_model), {.lr = 0.1, .momentum = 0.9, .nesterov = true});
     optim::SGD gpu_sgd(groups(gpu_model), {.lr = 0.1, .momentum = 0.9, .nesterov = true});
@@ -991,6 +1036,17 @@ TEST_CASE("[gpu] clip_grad_norm, grouped SGD and AdamW on CUDA give the CPU's bi
       const double gpu_norm = optim::clip_grad_norm({gpu_model.w, gpu_model.b}, 5.0);
       CHECK_MESSAGE(std::memcmp(&cpu_norm, &gpu_norm, sizeof cpu_norm) == 0, cpu_norm, " vs ", gpu_norm);
       check_bits(cpu_model.w.grad(), gpu_model.w.grad().to(kCpu), "clipped w grad, step " + std::to_string(step));
+      // without the read-back: the same norm and gradients, clipped (5) or not (1000)
+      for (double max_norm : {5.0, 1000.0}) {
+        on_device.give(grads);
+        GivenGradients host(kCpu, t, init);
+        host.give(grads);
+        const double want = optim::clip_grad_norm({host.w, host.b}, max_norm);
+        const double got = optim::clip_grad_norm_on_device({on_device.w, on_device.b}, max_norm).item();
+        CHECK_MESSAGE(std::memcmp(&want, &got, sizeof got) == 0, want, " vs ", got);
+        check_bits(host.w.grad(), on_device.w.grad().to(kCpu), "w grad clipped on the device to " + std::to_string(max_norm));
+        check_bits(host.b.grad(), on_device.b.grad().to(kCpu), "b grad clipped on the device to " + std::to_string(max_norm));
+      }
       cpu_sgd.set_lr(0.1 / (step + 1));
       gpu_sgd.set_lr(0.1 / (step + 1));
       cpu_sgd.step();

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <span>
+#include <tuple>
 
 #include "tapegrad/graph/gradcheck.hpp"
 #include "tapegrad/graph/graph.hpp"
@@ -29,6 +30,28 @@ TEST_CASE("a value used twice accumulates both contributions") {
   Var y = ops::sum(ops::add(ops::mul(a, a), a));  // d/da (a^2 + a) = 2a + 1
   g.backward(y);
   CHECK(grad_of(a) == std::vector<double>{4.0, -3.0});
+}
+
+TEST_CASE("free_activation_grads drops each activation's gradient after its node, parameters' stay the same") {
+  auto run = [](bool free, BackwardRecord* record) {
+    Graph g;
+    Var a = g.parameter(f64({1.5, -2.0, 0.25}, Shape{3}));
+    Var h = ops::mul(a, a);                 // fans out to two consumers
+    Var y = ops::sum(ops::add(ops::exp(h), ops::mul(h, a)));
+    g.backward(y, {.record = record, .free_activation_grads = free});
+    return std::make_tuple(grad_of(a), h.grad().defined(), y.grad().defined());
+  };
+  const auto [kept, kept_h, kept_y] = run(false, nullptr);
+  const auto [freed, freed_h, freed_y] = run(true, nullptr);
+  CHECK(freed == kept);
+  CHECK(kept_h);
+  CHECK(kept_y);
+  CHECK_FALSE(freed_h);
+  CHECK_FALSE(freed_y);
+  BackwardRecord record;  // recording keeps them: the record's readers want every gradient
+  const auto [recorded, recorded_h, recorded_y] = run(true, &record);
+  CHECK(recorded == kept);
+  CHECK(recorded_h);
 }
 
 TEST_CASE("overwrite-bug mode: the last contribution to a fanned-out value wins") {

@@ -84,6 +84,49 @@ TEST_CASE("clip_grad_norm matches torch's clip_grad_norm_: the norm it returns a
   }
 }
 
+TEST_CASE("clip_grad_norm_on_device gives clip_grad_norm's norm and gradients, clipped or not, NaN included") {
+  for (DType dtype : {DType::f64, DType::f32})
+    for (double max_norm : {0.5, 2.0}) {
+      for (bool nan : {false, true}) {
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(max_norm);
+        CAPTURE(nan);
+        std::vector<double> gw = kGW;
+        if (nan) gw[2] = std::nan("");
+        auto run = [&](bool on_device) {
+          Graph g;
+          Var w = g.parameter(Tensor::zeros(Shape{2, 3}, dtype), "W");
+          Var b = g.parameter(Tensor::zeros(Shape{3}, dtype), "b");
+          give_gradients(g, {{w, gw}, {b, kGB}});
+          double norm = 0;
+          if (on_device) {
+            const Tensor t = optim::clip_grad_norm_on_device({w, b}, max_norm);
+            CHECK(t.dtype() == DType::f64);
+            CHECK(t.ndim() == 0);
+            norm = t.item();
+          } else {
+            norm = optim::clip_grad_norm({w, b}, max_norm);
+          }
+          std::vector<double> out = w.grad().to_doubles();
+          for (double v : b.grad().to_doubles()) out.push_back(v);
+          out.push_back(norm);
+          return out;
+        };
+        const std::vector<double> host = run(false), device = run(true);
+        REQUIRE(host.size() == device.size());
+        for (size_t i = 0; i < host.size(); ++i) {
+          CAPTURE(i);
+          CHECK(std::memcmp(&host[i], &device[i], sizeof(double)) == 0);  // the same bits (NaNs too)
+        }
+      }
+    }
+  Graph g;
+  Var w = g.parameter(Tensor::zeros(Shape{2}, DType::f64), "w");
+  CHECK(optim::clip_grad_norm_on_device({w}, 1.0).item() == 0.0);  // no gradient: a zero norm
+  CHECK(message_of([&] { (void)optim::clip_grad_norm_on_device({w}, -1.0); }) ==
+        "[clip_grad_norm_on_device] max_norm must be a finite number >= 0, got -1");
+}
+
 TEST_CASE("clip_grad_norm below the limit, without gradients, and with a parameter twice") {
   Graph g;
   Var w = g.parameter(Tensor::zeros(Shape{2, 3}, DType::f64), "W");

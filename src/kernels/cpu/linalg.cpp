@@ -124,6 +124,13 @@ Offsets offsets_at(const kernels::MatmulPlan& p, const Axes& axes, int64_t i) {
 void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
   const kernels::MatmulPlan p = kernels::plan_matmul("matmul", a, ta, b, tb, out);
   if (p.empty()) return;
+  if (a.dtype() == DType::bf16) {  // bf16 operands into f32: their f32 widenings' product (exact products)
+    Tensor wa = Tensor::empty(a.shape(), DType::f32, a.device()), wb = Tensor::empty(b.shape(), DType::f32, b.device());
+    cast(a, wa);
+    cast(b, wb);
+    matmul(wa, ta, wb, tb, out);
+    return;
+  }
   if (p.k == 0 || p.products() == 0) {  // empty sums: zeros
     std::memset(out.raw_data(), 0, out.nbytes());
     return;

@@ -60,4 +60,15 @@ void scale_many(const std::vector<Tensor*>& xs, double s) {
   for (Tensor* x : xs) scale(*x, s, *x);
 }
 
+void scale_many_by(const std::vector<Tensor*>& xs, const Tensor& factor) {
+  scale_many(xs, *static_cast<const double*>(factor.raw_data()));
+}
+
+void clip_factor(const Tensor& sumsq, double max_norm, Tensor& norm, Tensor& factor) {
+  const double total = std::sqrt(*static_cast<const double*>(sumsq.raw_data()));
+  const double coefficient = max_norm / (total + 1e-6);
+  *static_cast<double*>(norm.raw_data()) = total;
+  *static_cast<double*>(factor.raw_data()) = coefficient >= 1.0 ? 1.0 : coefficient;  // NaN stays NaN
+}
+
 }  // namespace tapegrad::cpu

@@ -358,14 +358,15 @@ void index_add(Tensor& dst, int axis, const Tensor& ids, const Tensor& src) {
   });
 }
 
-// out = x converted to out's dtype (C++'s conversions: floats to integers truncate toward zero)
+// out = x converted to out's dtype (C++'s conversions: floats to integers truncate toward zero;
+// bf16 by kernels::convert, bf16.hpp)
 void cast(const Tensor& x, Tensor& out) {
-  dispatch_arithmetic("to", "CPU", x.dtype(), [&]<class S>() {
-    dispatch_arithmetic("to", "CPU", out.dtype(), [&]<class D>() {
+  kernels::dispatch_castable("to", "CPU", x.dtype(), [&]<class S>() {
+    kernels::dispatch_castable("to", "CPU", out.dtype(), [&]<class D>() {
       const S* X = static_cast<const S*>(x.raw_data());
       D* O = static_cast<D*>(out.raw_data());
       parallel_for(x.numel(), chunk_for(x.numel(), sizeof(D)), [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) O[i] = static_cast<D>(X[i]);
+        for (int64_t i = begin; i < end; ++i) O[i] = kernels::convert<D>(X[i]);
       });
     });
   });

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# gpt_step: one training step of examples/gpt's small config (L6 H6 C384 T256 B64, dropout 0) on
+# CUDA, tapegrad against PyTorch in the same call (docs/performance.md's table):
+#   tapegrad f32 and tapegrad --autocast bf16 (100 steps each, the median of steps 11 to 100), each
+#   also with --graph (every step after the second a replay of one captured CUDA graph), each
+#   run's PyTorch parity (tests/gpt/parity.py over the same 100 batches, f32 bounds or bf16's), and
+#   PyTorch's own step time, eager f32, eager under torch.autocast(bf16) and torch.compile under
+#   autocast (the median of 50 steps each).
+#
+#   BUILD=DIR LOGS=DIR bench/gpt_step.sh   (BUILD holds tests/gpt/gpt; LD_LIBRARY_PATH set by the caller)
+# Prints one line per measurement (PASS/FAIL for the parity checks); exit 0 when both parities pass.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD:-build-cuda} logs=${LOGS:-gpt-step-logs}
+mkdir -p "$logs"
+gpt=$build/tests/gpt/gpt
+python=$(command -v python3)
+status=0
+line() { printf '| %-44s | %-4s | %s\n' "$1" "$2" "$3" | tee -a "$logs/summary.txt"; [[ $2 != FAIL ]] || status=1; }
+w=$(mktemp -d)
+trap 'rm -rf "$w"' EXIT
+cat docs/*.md README.md > "$w/prose.txt"
+
+for precision in f32 bf16; do
+  timeout 200 "$gpt" train --config small --device cuda --dropout 0 --data "$w/prose.txt" --steps 100 \
+    --autocast "$precision" --trace "$w/trace_$precision.safetensors" > "$logs/tapegrad_$precision.log" 2>&1
+  line "tapegrad, $precision products" INFO "$(grep '^median' "$logs/tapegrad_$precision.log")"
+  timeout 200 "$gpt" train --config small --device cuda --dropout 0 --data "$w/prose.txt" --steps 100 \
+    --autocast "$precision" --graph > "$logs/tapegrad_${precision}_graph.log" 2>&1
+  line "tapegrad, $precision products, --graph" "$(grep -q '^median' "$logs/tapegrad_${precision}_graph.log" && echo INFO || echo FAIL)" \
+    "$(grep '^median' "$logs/tapegrad_${precision}_graph.log" || tail -2 "$logs/tapegrad_${precision}_graph.log")"
+  timeout 300 "$python" tests/gpt/parity.py "$w/trace_$precision.safetensors" --device cuda --autocast "$precision" \
+    --bench-steps 50 > "$logs/parity_$precision.log" 2>&1
+  rc=$?
+  cat "$logs/parity_$precision.log"
+  line "parity with PyTorch, $precision" "$([[ $rc == 0 ]] && echo PASS || echo FAIL)" \
+    "$(grep -E 'step 1 loss|gradients|steps 2' "$logs/parity_$precision.log" | cut -c1-120 | tr '\n' ' ')"
+  line "PyTorch eager, $precision" INFO "$(grep 'torch eager' "$logs/parity_$precision.log")"
+done
+timeout 400 "$python" tests/gpt/parity.py "$w/trace_bf16.safetensors" --device cuda --autocast bf16 --steps 1 \
+  --bench-steps 50 --compile > "$logs/compile_bf16.log" 2>&1
+line "PyTorch torch.compile, bf16" INFO "$(grep 'torch.compile' "$logs/compile_bf16.log" || tail -3 "$logs/compile_bf16.log")"
+exit $status

@@ -1,0 +1,206 @@
+// bf16 casts and autocast's products (Note [autocast] in src/ops/autocast.hpp) on the CPU: the
+// cast's bits against tensor/half.hpp's rounding, to()'s gradient, and autocast's linear and matmul
+// against f32 products of operands rounded to bf16 beforehand (the same BLAS calls: the same bits).
+// CUDA against these: tests/cuda/test_cuda.cpp.
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "messages.hpp"
+#include "tapegrad/graph/graph.hpp"
+#include "tapegrad/kernels/kernels.hpp"
+#include "tapegrad/ops/ops.hpp"
+#include "tapegrad/tensor/half.hpp"
+
+using namespace tapegrad;
+using tapegrad::testing::message_of;
+
+namespace {
+
+Tensor uniform(const Shape& s, uint64_t seed, DType dtype = DType::f32) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1.5, 1.5);
+  std::vector<double> v(static_cast<size_t>(s.numel()));
+  for (double& x : v) x = u(rng);
+  return Tensor::from_doubles(v, s, dtype);
+}
+
+// t (f32) with every element rounded to bf16 and widened back: what autocast multiplies
+Tensor rounded(const Tensor& t) {
+  Tensor h = Tensor::empty(t.shape(), DType::bf16), back = Tensor::empty(t.shape(), DType::f32);
+  kernels::cast(t, h);
+  kernels::cast(h, back);
+  return back;
+}
+
+std::vector<uint32_t> bits_of(const Tensor& t) {
+  std::vector<uint32_t> out(static_cast<size_t>(t.numel()));
+  std::memcpy(out.data(), t.raw_data(), t.nbytes());
+  return out;
+}
+
+void same_bits(const Tensor& a, const Tensor& b, const char* what) {
+  INFO(what);
+  REQUIRE(a.dtype() == b.dtype());
+  REQUIRE(a.shape() == b.shape());
+  CHECK(bits_of(a) == bits_of(b));
+}
+
+}  // namespace
+
+TEST_CASE("casts to bf16 round to nearest even, keep NaNs quiet and signed, and come back exactly") {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -2.5f, inf, -inf, std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::denorm_min(), 1e-40f,
+                          std::bit_cast<float>(0x3f808000u),   // 1 + 2^-8: a tie, to the even 1
+                          std::bit_cast<float>(0x3f818000u),   // 1 + 3 * 2^-8: a tie, to the even 1 + 2^-6
+                          std::bit_cast<float>(0x3f808001u),   // just above the tie: up
+                          std::bit_cast<float>(0x7fc00001u),   // a quiet NaN with a payload
+                          std::bit_cast<float>(0xff800001u),   // a signalling NaN, negative
+                          std::bit_cast<float>(0x7f7fffffu)};  // max rounds up to inf
+  std::mt19937 rng(7);
+  for (int i = 0; i < 1000; ++i) v.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+  const Tensor x = Tensor::from_vector(v, Shape{static_cast<int64_t>(v.size())});
+  Tensor h = Tensor::empty(x.shape(), DType::bf16), back = Tensor::empty(x.shape(), DType::f32);
+  kernels::cast(x, h);
+  kernels::cast(h, back);
+  const auto* hb = static_cast<const uint16_t*>(h.raw_data());
+  const auto* fb = static_cast<const float*>(back.raw_data());
+  for (size_t i = 0; i < v.size(); ++i) {
+    INFO("element " << i << " bits 0x" << std::hex << std::bit_cast<uint32_t>(v[i]));
+    CHECK(hb[i] == f32_to_bf16(v[i]));
+    CHECK(std::bit_cast<uint32_t>(fb[i]) == static_cast<uint32_t>(hb[i]) << 16);  // widening is exact
+    if (std::isnan(v[i])) CHECK((hb[i] & 0x7fc0u) == 0x7fc0u);                      // quiet NaN
+  }
+  CHECK(hb[9] == 0x3f80u);
+  CHECK(hb[10] == 0x3f82u);
+  CHECK(hb[11] == 0x3f81u);
+  CHECK(hb[13] == 0xffc0u);
+  CHECK(hb[14] == 0x7f80u);
+
+  // f64 goes through f32 (as PyTorch converts); integers go through f32 both ways, truncating back
+  const Tensor d = Tensor::from_doubles({1.0 + std::ldexp(1.0, -9) + std::ldexp(1.0, -30), -3.0, 1e300}, Shape{3},
+                                        DType::f64);
+  Tensor dh = Tensor::empty(Shape{3}, DType::bf16);
+  kernels::cast(d, dh);
+  const auto* dhb = static_cast<const uint16_t*>(dh.raw_data());
+  CHECK(dhb[0] == f32_to_bf16(static_cast<float>(d.to_doubles()[0])));
+  CHECK(dhb[1] == 0xc040u);
+  CHECK(dhb[2] == 0x7f80u);
+  const Tensor ints = Tensor::from_vector(std::vector<int32_t>{7, -300, 257}, Shape{3});
+  Tensor ih = Tensor::empty(Shape{3}, DType::bf16), ib = Tensor::empty(Shape{3}, DType::i32);
+  kernels::cast(ints, ih);
+  kernels::cast(ih, ib);
+  CHECK(ib.to_doubles() == std::vector<double>{7, -300, 256});  // 257 has 9 significant bits
+}
+
+TEST_CASE("to(x, bf16) carries the gradient back, rounded to bf16 on its way through") {
+  Graph g;
+  Var x = g.parameter(uniform({4, 5}, 1));
+  const Tensor c = uniform({4, 5}, 2);
+  Var y = ops::to(ops::to(x, DType::bf16), DType::f32);
+  CHECK(y.value().dtype() == DType::f32);
+  same_bits(y.value(), rounded(x.value()), "forward: x rounded to bf16");
+  g.backward(ops::sum(ops::mul(y, g.input(c))));
+  same_bits(x.grad(), rounded(c), "dx = bf16(dy), widened");
+}
+
+TEST_CASE("autocast's linear is the f32 linear of operands rounded to bf16, forward and backward") {
+  for (const Shape xs : {Shape{6, 8}, Shape{2, 3, 8}}) {
+    INFO("x " << xs.str());
+    const Tensor x = uniform(xs, 3), W = uniform({5, 8}, 4), b = uniform({5}, 5);
+    Shape ys(xs.begin(), xs.end() - 1);
+    ys.push_back(5);
+    const Tensor dy = uniform(ys, 6);
+    // autocast
+    Graph g;
+    Var xv = g.parameter(x), Wv = g.parameter(W), bv = g.parameter(b);
+    Var y;
+    {
+      ops::Autocast scope;
+      CHECK(ops::autocast_dtype() == DType::bf16);
+      y = ops::linear(xv, Wv, bv);
+    }
+    CHECK(ops::autocast_dtype() == DType::f32);
+    CHECK(y.value().dtype() == DType::f32);
+    g.backward(ops::sum(ops::mul(y, g.input(dy))));  // outside the scope: the product still computes in bf16
+    // f32 on rounded operands (and a rounded dy for the products' gradients)
+    Graph r;
+    Var xr = r.parameter(rounded(x)), Wr = r.parameter(rounded(W)), br = r.parameter(b);
+    Var yr = ops::linear(xr, Wr, br);
+    r.backward(ops::sum(ops::mul(yr, r.input(rounded(dy)))));
+    same_bits(y.value(), yr.value(), "y");
+    same_bits(xv.grad(), xr.grad(), "dx");
+    same_bits(Wv.grad(), Wr.grad(), "dW");
+    // the bias takes dy itself, unrounded: the f32 linear's db
+    Graph f;
+    Var xf = f.parameter(x), Wf = f.parameter(W), bf = f.parameter(b);
+    f.backward(ops::sum(ops::mul(ops::linear(xf, Wf, bf), f.input(dy))));
+    same_bits(bv.grad(), bf.grad(), "db");
+  }
+}
+
+TEST_CASE("autocast's matmul is the f32 matmul of operands rounded to bf16, batched and broadcast") {
+  const Tensor a = uniform({2, 3, 4, 5}, 7), b = uniform({5, 6}, 8), dy = uniform({2, 3, 4, 6}, 9);
+  Graph g;
+  Var av = g.parameter(a), bv = g.parameter(b);
+  Var y;
+  {
+    ops::Autocast scope(DType::bf16);
+    y = ops::matmul(av, bv);
+  }
+  g.backward(ops::sum(ops::mul(y, g.input(dy))));
+  Graph r;
+  Var ar = r.parameter(rounded(a)), br = r.parameter(rounded(b));
+  Var yr = ops::matmul(ar, br);
+  r.backward(ops::sum(ops::mul(yr, r.input(rounded(dy)))));
+  same_bits(y.value(), yr.value(), "y");
+  same_bits(av.grad(), ar.grad(), "da");
+  same_bits(bv.grad(), br.grad(), "db (summed over the broadcast batch)");
+}
+
+TEST_CASE("autocast scopes nest, f32 turns autocast off, and f64 products are never cast") {
+  CHECK(ops::autocast_dtype() == DType::f32);
+  {
+    ops::Autocast on;
+    {
+      ops::Autocast off(DType::f32);
+      CHECK(ops::autocast_dtype() == DType::f32);
+      Graph g;
+      const Tensor a = uniform({3, 4}, 10), b = uniform({4, 2}, 11);
+      same_bits(ops::matmul(g.input(a), g.input(b)).value(), ops::matmul(g.input(a), g.input(b)).value(), "off");
+    }
+    CHECK(ops::autocast_dtype() == DType::bf16);
+    Graph g;
+    const Tensor a = uniform({3, 4}, 12, DType::f64), b = uniform({4, 2}, 13, DType::f64);
+    Var y = ops::matmul(g.input(a), g.input(b));
+    CHECK(y.value().dtype() == DType::f64);
+    Graph plain;
+    ops::Autocast off(DType::f32);
+    const std::vector<double> want = ops::matmul(plain.input(a), plain.input(b)).value().to_doubles();
+    CHECK(y.value().to_doubles() == want);
+  }
+  CHECK(ops::autocast_dtype() == DType::f32);
+}
+
+TEST_CASE("autocast and bf16 products refuse what they do not support, by name") {
+  CHECK(message_of([] { ops::Autocast scope(DType::f16); }) ==
+        "[autocast] products compute in bf16 (or f32, to turn autocast off), not f16");
+  CHECK(message_of([] { ops::Autocast scope(DType::f64); }) ==
+        "[autocast] products compute in bf16 (or f32, to turn autocast off), not f64");
+  const Tensor a = Tensor::empty(Shape{2, 3}, DType::bf16), b = Tensor::empty(Shape{3, 4}, DType::bf16);
+  Tensor out = Tensor::empty(Shape{2, 4}, DType::bf16);
+  CHECK(message_of([&] { kernels::matmul(a, false, b, false, out); }) ==
+        "[matmul] cannot compute a (2, 3) @ b (3, 4) into out (2, 4): dtypes do not fit (bf16, bf16, bf16; the products "
+        "take one float dtype, or bf16 operands into f32)");
+  Graph g;
+  CHECK(message_of([&] { (void)ops::matmul(g.input(a), g.input(b)); }) ==
+        "[matmul] input must be f64 or f32, got bf16");
+  CHECK(message_of([&] { (void)ops::to(g.input(Tensor::empty(Shape{2}, DType::f16)), DType::f32); }) ==
+        "[to] no CPU kernel for f16");
+}
