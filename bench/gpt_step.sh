@@ -5,7 +5,8 @@
 #   also with --graph (every step after the second a replay of one captured CUDA graph), each
 #   run's PyTorch parity (tests/gpt/parity.py over the same 100 batches, f32 bounds or bf16's), and
 #   PyTorch's own step time, eager f32, eager under torch.autocast(bf16) and torch.compile under
-#   autocast (the median of 50 steps each).
+#   autocast (the median of 50 steps each); then the same at GPT-2 124M's sizes (GPT2=0 skips it;
+#   SMALL=0 skips the small config).
 #
 #   BUILD=DIR LOGS=DIR bench/gpt_step.sh   (BUILD holds tests/gpt/gpt; LD_LIBRARY_PATH set by the caller)
 # Prints one line per measurement (PASS/FAIL for the parity checks); exit 0 when both parities pass.
@@ -21,7 +22,7 @@ w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
 cat docs/*.md README.md > "$w/prose.txt"
 
-for precision in f32 bf16; do
+[[ ${SMALL:-1} == 1 ]] && for precision in f32 bf16; do
   timeout 200 "$gpt" train --config small --device cuda --dropout 0 --data "$w/prose.txt" --steps 100 \
     --autocast "$precision" --trace "$w/trace_$precision.safetensors" > "$logs/tapegrad_$precision.log" 2>&1
   line "tapegrad, $precision products" INFO "$(grep '^median' "$logs/tapegrad_$precision.log")"
@@ -37,7 +38,27 @@ for precision in f32 bf16; do
     "$(grep -E 'step 1 loss|gradients|steps 2' "$logs/parity_$precision.log" | cut -c1-120 | tr '\n' ' ')"
   line "PyTorch eager, $precision" INFO "$(grep 'torch eager' "$logs/parity_$precision.log")"
 done
-timeout 400 "$python" tests/gpt/parity.py "$w/trace_bf16.safetensors" --device cuda --autocast bf16 --steps 1 \
-  --bench-steps 50 --compile > "$logs/compile_bf16.log" 2>&1
-line "PyTorch torch.compile, bf16" INFO "$(grep 'torch.compile' "$logs/compile_bf16.log" || tail -3 "$logs/compile_bf16.log")"
+if [[ ${SMALL:-1} == 1 ]]; then
+  timeout 400 "$python" tests/gpt/parity.py "$w/trace_bf16.safetensors" --device cuda --autocast bf16 --steps 1 \
+    --bench-steps 50 --compile > "$logs/compile_bf16.log" 2>&1
+  line "PyTorch torch.compile, bf16" INFO "$(grep 'torch.compile' "$logs/compile_bf16.log" || tail -3 "$logs/compile_bf16.log")"
+fi
+[[ ${GPT2:-1} == 1 ]] || exit $status
+
+# GPT-2 124M's sizes (--config gpt2: L12 H12 C768 T1024 B16) at its vocabulary (--tokens random,
+# V 50304), bf16 products: 30 steps with --graph (the median of steps 11 to 30), then a 2-step
+# trace for PyTorch's side (step 1's loss and gradients compared) and its eager and compiled steps
+timeout 300 "$gpt" train --config gpt2 --tokens random --device cuda --autocast bf16 --graph --steps 30 \
+  > "$logs/gpt2_graph.log" 2>&1
+line "gpt2 124M, tapegrad bf16 --graph" "$(grep -q '^median' "$logs/gpt2_graph.log" && echo INFO || echo FAIL)" \
+  "$(grep '^median' "$logs/gpt2_graph.log" || tail -2 "$logs/gpt2_graph.log")"
+timeout 300 "$gpt" train --config gpt2 --tokens random --device cuda --autocast bf16 --steps 2 \
+  --trace "$w/trace_gpt2.safetensors" > "$logs/gpt2_trace.log" 2>&1
+for compile in "" --compile; do
+  # shellcheck disable=SC2086
+  timeout 400 "$python" tests/gpt/parity.py "$w/trace_gpt2.safetensors" --device cuda --autocast bf16 --steps 1 \
+    --bench-steps 20 $compile > "$logs/gpt2_torch$compile.log" 2>&1
+  line "gpt2 124M, PyTorch ${compile:-eager} bf16" INFO \
+    "$(grep -E 'torch (eager|.compile) step|step 1 (loss|gradients)' "$logs/gpt2_torch$compile.log" | cut -c1-110 | tr '\n' ' ')"
+done
 exit $status

@@ -5,11 +5,12 @@
 # and divided by the steps (counted by clip_grad_norm's one sum_all_f64 kernel a step). PyTorch: torch.profiler over
 # the same model (tests/gpt/parity.py --profile).
 #
-#   BUILD=DIR LOGS=DIR [PRECISION=bf16] scripts/gpu_profile.sh   (LD_LIBRARY_PATH as scripts/gpu_check.sh run
-#                                                                  sets it; PRECISION: --autocast for both, f32 by default)
+#   BUILD=DIR LOGS=DIR [PRECISION=bf16] [CONFIG=gpt2] scripts/gpu_profile.sh   (LD_LIBRARY_PATH as
+#     scripts/gpu_check.sh run sets it; PRECISION: --autocast for both, f32 by default; CONFIG=gpt2:
+#     tapegrad alone at GPT-2 124M's sizes)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD:-build-cuda} logs=${LOGS:-gpu-profile-logs} precision=${PRECISION:-f32}
+build=${BUILD:-build-cuda} logs=${LOGS:-gpu-profile-logs} precision=${PRECISION:-f32} config=${CONFIG:-small}
 mkdir -p "$logs"
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
@@ -17,8 +18,11 @@ cat docs/*.md README.md > "$w/prose.txt"
 gpt=$build/tests/gpt/gpt
 # the steps counted by the one total-norm sum a training step makes (validation passes have none);
 # the window, after about 7 steps of warm-up, ends well before the validation at step 40
-timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --launch-skip 2000 --launch-count 2400 \
-  "$gpt" train --config small --device cuda --dropout 0 --data "$w/prose.txt" --steps 40 --autocast "$precision" \
+# CONFIG=gpt2: GPT-2 124M's sizes on random tokens (--tokens random), a window of a few steps, no PyTorch part
+if [[ $config == gpt2 ]]; then run=(--config gpt2 --tokens random --steps 12) window=(--launch-skip 2500 --launch-count 2500)
+else run=(--config small --data "$w/prose.txt" --steps 40) window=(--launch-skip 2000 --launch-count 2400); fi
+timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv "${window[@]}" \
+  "$gpt" train "${run[@]}" --device cuda --dropout 0 --autocast "$precision" \
   > "$logs/ncu.csv" 2> "$logs/ncu.err"
 python3 - "$logs/ncu.csv" <<'PY'
 import collections, csv, re, sys
@@ -34,6 +38,7 @@ print(f"tapegrad kernels: {sum(v for _, v in agg.values()) / steps:.2f} ms of GP
 for n, (c, v) in sorted(agg.items(), key=lambda x: -x[1][1])[:40]:
     print(f"  {v / steps:8.3f} ms/step {c / steps:6.1f}/step  {n[:110]}")
 PY
+[[ $config == small ]] || exit 0
 timeout 200 "$gpt" train --config small --device cuda --dropout 0 --data "$w/prose.txt" --steps 100 --autocast "$precision" \
   --trace "$w/trace.safetensors" > "$logs/run.log" 2>&1
 grep '^median' "$logs/run.log"

@@ -4,7 +4,7 @@
 //
 //   gpt                                   train the tiny config for 200 steps on the built-in corpus,
 //                                         then print a sample
-//   gpt train [--config tiny|small] [--data FILE] [--tokens char|byte] [--steps N]
+//   gpt train [--config tiny|small|gpt2] [--data FILE] [--tokens char|byte|random] [--steps N]
 //             [--device cpu|cuda] [--dtype f32|f64] [--autocast bf16] [--value-embeds P] [--value-embeds-dense]
 //             [--dropout P] [--checkpoint CKPT [--resume | --force] [--save-every K]]
 //             [--log FILE.csv] [--seed S] [--dump-tape FILE] [--trace FILE] [--graph] [--sample N]
@@ -72,11 +72,13 @@ int main(int argc, char** argv) {
   bool ve_dense = false;
   double dropout = -1;
   CLI::App* train = app.add_subcommand("train", "train (or resume) until --steps, writing the checkpoint at the end");
-  train->add_option("--config", config, "tiny (L2 H4 C128 T64 B16, default) or small (L6 H6 C384 T256 B64)")
-      ->check(CLI::IsMember({"tiny", "small"}));
+  train->add_option("--config", config, "tiny (L2 H4 C128 T64 B16, default), small (L6 H6 C384 T256 B64) or gpt2 "
+                                         "(GPT-2 124M's L12 H12 C768 T1024 B16)")
+      ->check(CLI::IsMember({"tiny", "small", "gpt2"}));
   train->add_option("--data", t.data, "a text file to train on (default: the built-in corpus)");
-  train->add_option("--tokens", tokens, "char (the text's characters, default) or byte (V = 256)")
-      ->check(CLI::IsMember({"char", "byte"}));
+  train->add_option("--tokens", tokens, "char (the text's characters, default), byte (V = 256) or random (uniform "
+                                         "ids at GPT-2's V = 50304, no text: for timing)")
+      ->check(CLI::IsMember({"char", "byte", "random"}));
   train->add_option("--steps", t.steps, "train until this step (default 200)")->check(CLI::Range(1, 100000000));
   train->add_option("--device", t.device, "cpu (default) or cuda[:N]");
   train->add_option("--dtype", dtype, "f32 (default) or f64")->check(CLI::IsMember({"f32", "f64"}));
@@ -114,6 +116,7 @@ int main(int argc, char** argv) {
     t.preset = gpt::preset(config);
     t.dtype = dtype == "f64" ? tapegrad::DType::f64 : tapegrad::DType::f32;
     t.bytes = tokens == "byte";
+    t.random_tokens = tokens == "random";
     t.preset.model.value_embeds = value_embeds;
     t.preset.model.ve_mode = ve_dense ? gpt::ValueEmbeds::dense : gpt::ValueEmbeds::sparse;
     t.preset.model.products = autocast == "bf16" ? tapegrad::DType::bf16 : tapegrad::DType::f32;

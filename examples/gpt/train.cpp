@@ -53,6 +53,23 @@ struct Data {
   std::string identity;
 };
 
+// GPT-2's vocabulary padded to a multiple of 64, for --tokens random
+constexpr int64_t kRandomVocab = 50304;
+
+// --tokens random: 2^21 ids drawn uniformly from [0, 50304) by a fixed generator, for timing the
+// model at GPT-2's vocabulary (this example has no GPT-2 tokenizer); nothing in them to learn.
+Data random_data() {
+  Data d;
+  d.V = kRandomVocab;
+  std::mt19937_64 rng(0x72616e646f6dull);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(kRandomVocab - 1));
+  d.ids.resize(size_t{1} << 21);
+  for (int32_t& v : d.ids) v = id(rng);
+  d.split = d.ids.size() * 9 / 10;
+  d.identity = "random vocab=" + std::to_string(d.V) + " length=" + std::to_string(d.ids.size());
+  return d;
+}
+
 Data load_data(const std::string& path, bool bytes, int64_t block) {
   const std::string text = path.empty() ? std::string(kCorpus) : io::read_file(path);
   const std::string name = path.empty() ? "the built-in corpus" : path;
@@ -92,14 +109,14 @@ void draw_batch(const Data& d, std::mt19937_64& rng, size_t begin, size_t end, i
 }
 
 // ---- the run's settings as text (the checkpoint's learner field) and back
-std::string settings_text(const std::string& config, const Preset& p, DType dtype, bool bytes) {
+std::string settings_text(const std::string& config, const Preset& p, DType dtype, const char* tokens) {
   const Config& c = p.model;
   std::ostringstream s;
   s << "gpt config=" << config << " layers=" << c.layers << " heads=" << c.heads << " dim=" << c.dim
     << " block=" << c.block << " batch=" << c.batch << " dropout=" << fmt(c.dropout) << " value_embeds=" << c.value_embeds
     << " ve_mode=" << (c.ve_mode == ValueEmbeds::sparse ? "sparse" : "dense") << " dtype=" << dtype_name(dtype)
     << " products=" << dtype_name(c.products)
-    << " tokens=" << (bytes ? "byte" : "char") << " lr=" << fmt(p.lr) << " min_lr=" << fmt(p.min_lr)
+    << " tokens=" << tokens << " lr=" << fmt(p.lr) << " min_lr=" << fmt(p.min_lr)
     << " warmup=" << p.warmup << " decay_steps=" << p.decay_steps << " weight_decay=0.1 beta2=0.99 clip=1";
   return s.str();
 }
@@ -300,8 +317,12 @@ Preset preset(const std::string& name) {
   } else if (name == "small") {  // nanoGPT's shakespeare_char: L6 H6 C384 T256 B64, dropout 0.2
     p.model = {.block = 256, .dim = 384, .heads = 6, .layers = 6, .batch = 64, .dropout = 0.2};
     p.warmup = 100, p.decay_steps = 5000, p.eval_every = 250, p.eval_batches = 20;
+  } else if (name == "gpt2") {  // GPT-2 124M's sizes (nanoGPT's train_gpt2 schedule): L12 H12 C768 T1024 B16
+    p.model = {.block = 1024, .dim = 768, .heads = 12, .layers = 12, .batch = 16};
+    p.lr = 6e-4, p.min_lr = 6e-5, p.warmup = 2000, p.decay_steps = 600000, p.eval_every = 1000, p.eval_batches = 10;
   } else {
-    refuse("unknown --config '" + name + "': tiny (L2 H4 C128 T64 B16) or small (L6 H6 C384 T256 B64)");
+    refuse("unknown --config '" + name + "': tiny (L2 H4 C128 T64 B16), small (L6 H6 C384 T256 B64) or gpt2 "
+           "(L12 H12 C768 T1024 B16)");
   }
   return p;
 }
@@ -321,9 +342,11 @@ int train(const TrainOptions& o) {
   if (o.graph && (!device.is_cuda() || c.dropout > 0 || c.value_embeds > 0 || !o.dump_tape.empty() || !o.trace.empty()))
     refuse("--graph replays one captured step: it needs --device cuda, --dropout 0 (a replay would repeat the "
            "mask), no value embeddings, and neither --dump-tape nor --trace");
-  const Data data = load_data(o.data, o.bytes, c.block);
+  if (o.random_tokens && (!o.data.empty() || o.bytes)) refuse("--tokens random takes no --data");
+  const Data data = o.random_tokens ? random_data() : load_data(o.data, o.bytes, c.block);
   c.vocab = data.V;
-  const std::string settings = settings_text(o.config, p, o.dtype, o.bytes);
+  const char* tokens = o.random_tokens ? "random" : o.bytes ? "byte" : "char";
+  const std::string settings = settings_text(o.config, p, o.dtype, tokens);
 
   // Everything a resume reads is read and checked before anything is built or written.
   nn::StateDict saved;
@@ -367,13 +390,14 @@ int train(const TrainOptions& o) {
     if (sparse) sparse->load_state(nn::under(saved, "sparse_adamw.", false));
     nn::load_generator_state(gen, saved);
   }
-  const std::string where = o.data.empty() ? "the built-in corpus" : o.data;
+  const std::string where = o.random_tokens ? "uniform random ids" : o.data.empty() ? "the built-in corpus" : o.data;
   std::printf("gpt %s: %lld parameters, %s%s on %s%s; %s, %lld tokens (%s), vocab %lld; %s step %lld to %lld\n",
               o.config.c_str(), static_cast<long long>(model.parameter_count()), dtype_name(o.dtype),
               c.products == DType::bf16 ? " (bf16 products)" : "",
               device.str().c_str(), c.value_embeds ? (" with " + std::to_string(c.value_embeds) + " value-embed planes (" +
                                                      (sparse_ve ? "sparse" : "dense") + ")").c_str() : "",
-              where.c_str(), static_cast<long long>(data.ids.size()), o.bytes ? "bytes" : "characters",
+              where.c_str(), static_cast<long long>(data.ids.size()),
+              o.random_tokens ? "random ids" : o.bytes ? "bytes" : "characters",
               static_cast<long long>(data.V), o.resume ? "resuming at" : "from", static_cast<long long>(step),
               static_cast<long long>(o.steps));
 
@@ -571,6 +595,8 @@ int sample(const SampleOptions& o) {
   c.value_embeds = field_int(f, path, "value_embeds", 0, c.layers);
   c.ve_mode = f.count("ve_mode") && f.at("ve_mode") == "dense" ? ValueEmbeds::dense : ValueEmbeds::sparse;
   const bool bytes = f.count("tokens") && f.at("tokens") == "byte";
+  if (f.count("tokens") && f.at("tokens") == "random")
+    refuse(path + " was trained on random tokens (--tokens random): there is no text to sample");
   const DType dtype = f.count("dtype") && f.at("dtype") == "f64" ? DType::f64 : DType::f32;
   c.products = f.count("products") && f.at("products") == "bf16" ? DType::bf16 : DType::f32;
   std::string vocab;

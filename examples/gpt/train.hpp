@@ -24,6 +24,7 @@ struct TrainOptions {
   Preset preset = gpt::preset("tiny");
   std::string data;             // a text file; empty: the built-in corpus
   bool bytes = false;           // byte-level tokens (V = 256) instead of the text's characters
+  bool random_tokens = false;   // uniform random ids at GPT-2's vocabulary (V = 50304), for timing
   int64_t steps = 200;          // train until this step
   std::string device = "cpu";
   DType dtype = DType::f32;

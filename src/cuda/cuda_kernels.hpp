@@ -25,10 +25,12 @@ using kernels::Unary;
 // the flash kernels' cases alone (f32, heads up to 128), which attention_takes_layout tells.
 bool attention_takes_layout(DType dtype, const kernels::AttentionLayout& at);
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at,
-                       bool causal, double scale, Tensor& out, Tensor& lse);
+                       bool causal, double scale, Tensor& out, Tensor& lse,
+                       kernels::AttentionProducts products = kernels::AttentionProducts::f32);
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                         const Tensor& lse, const kernels::AttentionLayout& at, bool causal, double scale,
-                        Tensor& delta, Tensor& dq, Tensor& dk, Tensor& dv);
+                        Tensor& delta, Tensor& dq, Tensor& dk, Tensor& dv,
+                        kernels::AttentionProducts products = kernels::AttentionProducts::f32);
 
 // binary's broadcasting path (strided.cu), which its flat path hands unequal shapes to
 void binary_walk(Binary op, const Tensor& a, const Tensor& b, Tensor& out);

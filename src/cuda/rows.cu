@@ -13,11 +13,14 @@
 //   CPU's order, so the CPU's bits, with no atomics; a repeated id accumulates (overwrite: the last
 //   wins). Small tables take a warp per destination row (Note [scatter by row]); up to 1024 ids,
 //   each block ranks the ids in shared memory and a warp walks one run of equal ids for 32 columns
-//   (Note [ranked scatter]); beyond that, one thread per column walks all the ids.
+//   (Note [ranked scatter]); beyond that, a radix sort of the ids in global memory and a warp per
+//   run (Note [sorted scatter]).
 // - Keep kernels small: a kernel of hundreds of KB of unrolled code spends its time fetching
 //   instructions (Note [scatter by row]).
 // - An id or target out of range is recorded (Note [kernel errors] in memory.cu) and its access
 //   skipped; the host reports it at the next synchronization.
+#include <cub/device/device_radix_sort.cuh>
+
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
 #include "tapegrad/cuda/exact_sum.cuh"
@@ -70,6 +73,54 @@ __global__ void scatter_kernel(T* dst, const I* ids, const T* rows, int64_t b, i
       T& o = dst[r * d + col];
       o = overwrite ? rows[i * d + col] : o + rows[i * d + col];
     }
+  }
+}
+
+// Note [sorted scatter]
+// Many ids into a large table (GPT-2's 16384 tokens into 50304 rows) fit neither the by-row kernel
+// (rows * ids too large) nor the ranked one (ids sorted in one block's shared memory), and the
+// column-serial kernel above walks all the ids for every column: 16384 dependent adds, 8 ms. So
+// the positions are sorted by id in global memory (cub's radix sort of (id, position) pairs, which
+// is stable: a run of equal ids keeps its positions in increasing order), and a warp takes each
+// run that starts in its stretch of 64 sorted positions, for 32 columns, adding the run's rows in
+// that order onto the destination row: the CPU's order, so its bits. A bad id sorts last (as the
+// table's row count) and is skipped, recorded by the kernel that makes the keys.
+constexpr int64_t kSortedStretch = 64;  // sorted positions a warp owns the runs of
+constexpr int kSortedWarps = 8;         // warps a block
+constexpr int64_t kSortedMaxIds = int64_t{65535} * kSortedWarps * kSortedStretch;  // grid.y's limit
+
+// keys[i] = ids[i] (rows where out of range), positions[i] = i
+template <class I>
+__global__ void scatter_keys_kernel(const I* ids, uint32_t* keys, int32_t* positions, int64_t b, int64_t nrows,
+                                    ErrorSite site) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < b; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = static_cast<int64_t>(ids[i]);
+    const bool ok = r >= 0 && r < nrows;
+    if (!ok) record_error(site, ErrorKind::index_out_of_range, i, r);
+    keys[i] = static_cast<uint32_t>(ok ? r : nrows);
+    positions[i] = static_cast<int32_t>(i);
+  }
+}
+
+// dst (V, d)[keys[k]] += rows (B, d)[positions[k]], the runs of equal keys in sorted order; warp w of
+// the grid's y owns the runs starting in sorted positions [64 w, 64 w + 64), lane l column 32 x + l.
+template <class T>
+__global__ void scatter_sorted_kernel(T* dst, const uint32_t* keys, const int32_t* positions, const T* rows,
+                                      int64_t b, int64_t d, int64_t nrows, bool overwrite) {
+  const int64_t col = blockIdx.x * int64_t{kWarp} + threadIdx.x % kWarp;
+  const int64_t first = (blockIdx.y * int64_t{blockDim.x / kWarp} + threadIdx.x / kWarp) * kSortedStretch;
+  const int64_t last = first + kSortedStretch < b ? first + kSortedStretch : b;
+  for (int64_t s = first; s < last; ++s) {
+    const uint32_t key = keys[s];
+    if ((s > 0 && keys[s - 1] == key) || key >= nrows) continue;  // not a run's start, or bad ids
+    if (col >= d) continue;
+    T& o = dst[int64_t{key} * d + col];
+    T acc = o;
+    for (int64_t k = s; k < b && keys[k] == key; ++k) {
+      const T v = rows[int64_t{positions[k]} * d + col];
+      acc = overwrite ? v : acc + v;
+    }
+    o = acc;
   }
 }
 
@@ -483,6 +534,25 @@ void scatter_rows(Tensor& dst, const Tensor& ids, const Tensor& rows, bool overw
         const dim3 grid(static_cast<unsigned>((d + kRankedScatterCols - 1) / kRankedScatterCols), 4);
         launch_chained(scatter_ranked_kernel<T, I>, grid, kBlock, ctx.stream, mdata<T>(dst), cdata<I>(ids),
                        cdata<T>(rows), static_cast<int>(b), d, nrows, overwrite, site);
+      } else if (b <= kSortedMaxIds && nrows < (int64_t{1} << 32)) {  // Note [sorted scatter]
+        Tensor keys = Tensor::empty(Shape{2 * b}, DType::i32, dst.device());
+        Tensor positions = Tensor::empty(Shape{2 * b}, DType::i32, dst.device());
+        uint32_t* key = mdata<uint32_t>(keys);
+        int32_t* pos = mdata<int32_t>(positions);
+        scatter_keys_kernel<<<blocks_for(b), kBlock, 0, ctx.stream>>>(cdata<I>(ids), key, pos, b, nrows, site);
+        TG_CUDA_CHECK_LAUNCH();
+        int bits = 1;
+        while (bits < 32 && (int64_t{1} << bits) <= nrows) ++bits;  // keys up to nrows (a bad id's)
+        size_t temp_bytes = 0;
+        TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, key, key + b, pos, pos + b,
+                                                      static_cast<int>(b), 0, bits, ctx.stream));
+        Tensor temp = Tensor::empty(Shape{static_cast<int64_t>(temp_bytes) + 1}, DType::u8, dst.device());
+        TG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.raw_data(), temp_bytes, key, key + b, pos, pos + b,
+                                                      static_cast<int>(b), 0, bits, ctx.stream));
+        const dim3 grid(static_cast<unsigned>((d + kWarp - 1) / kWarp),
+                        static_cast<unsigned>((b + kSortedWarps * kSortedStretch - 1) / (kSortedWarps * kSortedStretch)));
+        scatter_sorted_kernel<<<grid, kSortedWarps * kWarp, 0, ctx.stream>>>(mdata<T>(dst), key + b, pos + b,
+                                                                              cdata<T>(rows), b, d, nrows, overwrite);
       } else {
         scatter_kernel<<<blocks_for(d, 128), 128, 0, ctx.stream>>>(mdata<T>(dst), cdata<I>(ids), cdata<T>(rows), b, d,
                                                                   nrows, overwrite, site);

@@ -252,6 +252,18 @@ __global__ void cast_kernel(const S* x, D* out, int64_t n) {
   TG_GRID_STRIDE(i, n) out[i] = kernels::convert<D>(x[i]);
 }
 
+// f32 -> bf16 four elements a thread, a float4 in and 8 bytes out (autocast's casts: every
+// product's operands and dy), each element by convert's rounding. x and out 16- and 8-byte aligned.
+__global__ void cast_f32_bf16x4_kernel(const float4* x, uint2* out, int64_t quads) {
+  TG_GRID_STRIDE(i, quads) {
+    const float4 v = x[i];
+    const auto pack = [](float lo, float hi) {
+      return static_cast<uint32_t>(kernels::to_bf16(lo).bits) | static_cast<uint32_t>(kernels::to_bf16(hi).bits) << 16;
+    };
+    out[i] = make_uint2(pack(v.x, v.y), pack(v.z, v.w));
+  }
+}
+
 template <class T>
 __global__ void clamp_kernel(const T* x, T lo, T hi, T* y, int64_t n) {
   TG_GRID_STRIDE(i, n) y[i] = kernels::clamp_of(x[i], lo, hi);
@@ -447,6 +459,19 @@ void index_add(Tensor& dst, int axis, const Tensor& ids, const Tensor& src) {
 void cast(const Tensor& x, Tensor& out) {
   const int64_t n = x.numel();
   if (n == 0) return;
+  if (x.dtype() == DType::f32 && out.dtype() == DType::bf16 && reinterpret_cast<uintptr_t>(x.raw_data()) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(out.raw_data()) % 8 == 0) {
+    const int64_t quads = n / 4;
+    if (quads > 0) {
+      cast_f32_bf16x4_kernel<<<blocks_for(quads), kBlock, 0, stream_for(x)>>>(cdata<float4>(x), mdata<uint2>(out), quads);
+      TG_CUDA_CHECK_LAUNCH();
+    }
+    if (n % 4 == 0) return;
+    cast_kernel<float, kernels::bf16><<<1, kBlock, 0, stream_for(x)>>>(cdata<float>(x) + 4 * quads,
+                                                                       mdata<kernels::bf16>(out) + 4 * quads, n % 4);
+    TG_CUDA_CHECK_LAUNCH();
+    return;
+  }
   kernels::dispatch_castable("to", "CUDA", x.dtype(), [&]<class S>() {
     kernels::dispatch_castable("to", "CUDA", out.dtype(), [&]<class D>() {
       cast_kernel<S, D><<<blocks_for(n), kBlock, 0, stream_for(x)>>>(cdata<S>(x), mdata<D>(out), n);

@@ -104,9 +104,9 @@ bool device_takes(const Tensor& q, const AttentionLayout& at) {
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayout& at, bool causal,
-                       double scale, Tensor& out, Tensor& lse) {
+                       double scale, Tensor& out, Tensor& lse, AttentionProducts products) {
   common_device("scaled_dot_product_attention", {&q, &k, &v, &out, &lse});
-  if (device_takes(q, at)) TG_ATTENTION_CUDA(attention_forward(q, k, v, at, causal, scale, out, lse));
+  if (device_takes(q, at)) TG_ATTENTION_CUDA(attention_forward(q, k, v, at, causal, scale, out, lse, products));
   if (at.is_contiguous()) return attention_forward(q, k, v, causal, scale, out, lse);
   Tensor o = Tensor::empty(Shape{at.B, at.H, at.Tq, at.dv}, out.dtype(), out.device());
   attention_forward(gathered(q, at.q, at.B, at.H, at.Tq, at.d), gathered(k, at.k, at.B, at.H, at.Tk, at.d),
@@ -116,10 +116,10 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                         const Tensor& lse, const AttentionLayout& at, bool causal, double scale, Tensor& delta,
-                        Tensor& dq, Tensor& dk, Tensor& dv) {
+                        Tensor& dq, Tensor& dk, Tensor& dv, AttentionProducts products) {
   common_device("scaled_dot_product_attention_backward", {&q, &k, &v, &out, &dout, &lse, &delta, &dq, &dk, &dv});
   if (device_takes(q, at))
-    TG_ATTENTION_CUDA(attention_backward(q, k, v, out, dout, lse, at, causal, scale, delta, dq, dk, dv));
+    TG_ATTENTION_CUDA(attention_backward(q, k, v, out, dout, lse, at, causal, scale, delta, dq, dk, dv, products));
   if (at.is_contiguous()) return attention_backward(q, k, v, out, dout, lse, causal, scale, delta, dq, dk, dv);
   const int64_t B = at.B, H = at.H;
   Tensor gq = Tensor::empty(Shape{B, H, at.Tq, at.d}, dq.dtype(), dq.device());

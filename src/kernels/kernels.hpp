@@ -238,11 +238,14 @@ struct AttentionLayout {
   static AttentionLayout packed(int64_t B, int64_t T, int64_t H, int64_t d);
   bool is_contiguous() const;
 };
+// products: f32, or bf16 (autocast: Note [bf16 flash attention] in src/cuda/attention.cu) where the
+// CUDA flash kernels take the layout; elsewhere f32.
+enum class AttentionProducts : uint8_t { f32, bf16 };
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayout& at, bool causal,
-                       double scale, Tensor& out, Tensor& lse);
+                       double scale, Tensor& out, Tensor& lse, AttentionProducts products = AttentionProducts::f32);
 void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                         const Tensor& lse, const AttentionLayout& at, bool causal, double scale, Tensor& delta,
-                        Tensor& dq, Tensor& dk, Tensor& dv);
+                        Tensor& dq, Tensor& dk, Tensor& dv, AttentionProducts products = AttentionProducts::f32);
 
 // ---- normalisation over the last axis and dropout (cpu/norm.cpp, src/cuda/norm.cu; the facades
 // in norm.cpp). x (..., C) is read as n = numel / C rows of C; mean and rstd are (n,) of x's dtype;

@@ -5,9 +5,11 @@
 // PyTorch's), ops::matmul and ops::linear of f32 operands multiply bf16 copies of them (rounded
 // to nearest even) on the tensor cores, summing in f32 into an f32 result. Their backward rounds
 // dy to bf16 as well and writes f32 gradients from f32 sums: dx = bf16(dy) @ bf16(W), dW =
-// bf16(dy)^T @ bf16(x). Everything else (norms, softmax, the attention, the loss, the optimizer)
-// stays f32, and parameters stay f32 (master weights). A product is decided when it is recorded:
-// its backward computes as its forward did, scope or not.
+// bf16(dy)^T @ bf16(x). qkv_attention's products on CUDA's flash kernels go to the tensor cores the
+// same way (Note [bf16 flash attention] in src/cuda/attention.cu: Q, K, V, P and dS rounded to bf16
+// as they enter a product; the softmax and every sum f32). Everything else (norms, the loss's
+// softmax, the optimizer) stays f32, and parameters stay f32 (master weights). A product is decided
+// when it is recorded: its backward computes as its forward did, scope or not.
 // Where this differs from torch.autocast: PyTorch's products return bf16 and its elementwise ops
 // then run in bf16; here every activation stays f32, a gradient is never rounded to bf16 on its
 // way out of a product, and the cost is f32 activations' memory and bandwidth.

@@ -329,7 +329,9 @@ TEST_CASE("[gpu] bf16 casts give the CPU's bits; autocast's products the CPU's w
   std::vector<float> words;
   std::mt19937 bits(11);
   for (int i = 0; i < 100000; ++i) words.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits())));
-  for (uint32_t tie : {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0xff800001u}) words.push_back(std::bit_cast<float>(tie));
+  // and a length that is not a multiple of 4 (the f32 -> bf16 kernel's tail)
+  for (uint32_t tie : {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0xff800001u, 0x80000000u})
+    words.push_back(std::bit_cast<float>(tie));
   const Tensor x = Tensor::from_vector(words, Shape{static_cast<int64_t>(words.size())});
   const Shape n = x.shape();
   for (DType from : {DType::f32, DType::f64, DType::i32}) {
@@ -394,7 +396,7 @@ TEST_CASE("[gpu] gather and its scatter backward, with repeated ids") {
 TEST_CASE("[gpu] the scatter backward at batch sizes around the kernels' limits") {
   for (const auto& [table_rows, b] : std::vector<std::pair<int64_t, int64_t>>{
            {12, 1}, {12, 7}, {12, 255}, {12, 1000}, {12, 1024}, {12, 1025}, {12, 3000}, {108, 16384}, {5000, 1000},
-           {5000, 300}, {3000, 2000}}) {
+           {5000, 300}, {3000, 2000}, {50304, 16384}, {60000, 1030}}) {
     std::vector<int64_t> ids(static_cast<size_t>(b));
     std::uniform_int_distribution<int64_t> pick(0, 11);  // 12 distinct rows: long runs of repeated ids
     for (int64_t& id : ids) id = pick(rng) * (table_rows / 12);
@@ -936,6 +938,45 @@ TEST_CASE("[gpu] attention's dq from the kept dS tiles has the recomputed dq's b
     for (size_t i = 0; i < 3; ++i) {
       check_bits(kept[i], recomputed[i], what + parts[i] + ": kept dS against recomputed");
       check_bits(kept[i], composite[i], what + parts[i] + ": qkv_attention against the composite");
+    }
+  }
+}
+
+TEST_CASE("[gpu] qkv_attention under autocast: bf16 products within bf16's reach of the f32 kernels, the same bits each run") {
+  struct Size {
+    int64_t b, t, h, d;
+    bool causal;
+  };
+  // odd lengths (tiles cut short), both head sizes' kernels (64 and 128), 7 (padded columns)
+  for (const Size& s : {Size{2, 300, 3, 64, true}, Size{1, 130, 2, 64, false}, Size{2, 70, 2, 96, true},
+                        Size{1, 65, 3, 7, true}, Size{2, 256, 6, 64, true}}) {
+    const int64_t C = s.h * s.d;
+    const std::string what = "(B " + std::to_string(s.b) + ", T " + std::to_string(s.t) + ", H " + std::to_string(s.h) +
+                             ", d " + std::to_string(s.d) + ")" + (s.causal ? " causal" : "");
+    const Tensor x = random({s.b, s.t, 3 * C}, DType::f32, -1, 1), r = random({s.b, s.t, C}, DType::f32, -1, 1);
+    const Tensor add = random({s.t, C}, DType::f32, -1, 1);
+    auto run = [&](bool bf16, const char* kept) {  // kept: TAPEGRAD_ATTENTION_KEPT_BYTES (0: dq recomputed)
+      setenv("TAPEGRAD_ATTENTION_KEPT_BYTES", kept, 1);
+      Graph g;
+      Var qkv = g.parameter(x.to(kGpu)), a = g.parameter(add.to(kGpu));
+      Var y;
+      {
+        ops::Autocast scope(bf16 ? DType::bf16 : DType::f32);
+        y = ops::qkv_attention(qkv, s.h, s.causal, a);
+      }
+      g.backward(ops::sum(ops::mul(y, g.input(r.to(kGpu)))));
+      unsetenv("TAPEGRAD_ATTENTION_KEPT_BYTES");
+      return std::vector<Tensor>{y.value().to(kCpu), qkv.grad().to(kCpu), a.grad().to(kCpu)};
+    };
+    const std::vector<Tensor> f32 = run(false, "1e12"), bf16 = run(true, "1e12"), again = run(true, "1e12");
+    const std::vector<Tensor> recomputed = run(true, "0");
+    const std::string parts[] = {" forward", " d qkv", " d value_add"};
+    for (size_t i = 0; i < 3; ++i) {
+      check_bits(bf16[i], again[i], what + parts[i] + ": bf16 products, two runs");
+      check_close(f32[i], bf16[i], 2e-2, what + parts[i] + ": bf16 products against f32");
+      check_close(f32[i], recomputed[i], 2e-2, what + parts[i] + ": bf16 products, dq recomputed, against f32");
+      const std::vector<double> a = f32[i].to_doubles(), b = bf16[i].to_doubles();
+      CHECK_MESSAGE(a != b, what << parts[i] << ": the bf16 products gave the f32 kernels' bits (not taken?)");
     }
   }
 }

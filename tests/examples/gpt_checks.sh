@@ -80,9 +80,16 @@ refused "is not in" sample --checkpoint "$W/a.ckpt" --prompt "Zq~"
 refused "must be a positive finite number" sample --checkpoint "$W/a.ckpt" --temperature 0
 refused "is not a gpt log" train --steps 70 --checkpoint "$W/a.ckpt" --resume --log "$W/short.txt"
 refused "the checkpoint's settings lack layers" sample --checkpoint "$(dirname "$0")/../fixtures/nn/small.sd"
+refused "--graph replays one captured step: it needs --device cuda" train --graph
+refused "--autocast bf16 casts f32 products; it needs --dtype f32, not f64" train --autocast bf16 --dtype f64
+refused "--tokens random takes no --data" train --tokens random --data "$W/other.txt"
+"$GPT" train --tokens random --steps 1 --checkpoint "$W/random.ckpt" > "$W/random.log"  # V = 50304
+grep -q 'vocab 50304' "$W/random.log" || fail "--tokens random did not train at V = 50304"
+refused "was trained on random tokens (--tokens random): there is no text to sample" sample --checkpoint "$W/random.ckpt"
+refused "trained with products=f32, but this run asks for products=bf16" train --autocast bf16 --steps 70 --checkpoint "$W/a.ckpt" --resume
 [[ ! -e $W/none.ckpt ]] || fail "a refused run wrote a checkpoint"
 [[ $(cat "$W/short.txt") == "too short" ]] || fail "a refused resume rewrote the log it refused"
-echo "refusals: 18, each exit 2 with its message, the checkpoint unchanged"
+echo "refusals: 24, each exit 2 with its message, the checkpoint unchanged"
 
 "$GPT" > "$W/default.log"
 grep -q '^step 200 loss' "$W/default.log" && grep -q '^sample: ' "$W/default.log" \

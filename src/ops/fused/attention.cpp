@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "tapegrad/ops/autocast.hpp"
 #include "tapegrad/ops/common.hpp"
 
 namespace tapegrad::ops {
@@ -84,7 +85,7 @@ constexpr const char* kQkvOp = "qkv_attention";
 
 // dy (B, T, C) -> d qkv (B, T, 3C) in thirds, written by the kernels in place, and d value_add.
 // Saved: lse (B, H, T); v (B, T, C) = qkv's third + value_add when there is one.
-template <bool Causal>
+template <bool Causal, kernels::AttentionProducts Products>
 void qkv_attention_backward_rule(BackwardContext& ctx) {
   const Tensor& qkv = ctx.input(0);
   const Tensor& lse = ctx.saved(0);
@@ -95,7 +96,7 @@ void qkv_attention_backward_rule(BackwardContext& ctx) {
   Tensor dqkv = like(qkv);  // the three thirds are written whole
   Tensor delta = Tensor::empty(lse.shape(), DType::f64, lse.device());
   kernels::attention_backward(qkv, qkv, v.defined() ? v : qkv, ctx.output(), ctx.grad_output(), lse, at, Causal,
-                              ctx.scalar(), delta, dqkv, dqkv, dqkv);
+                              ctx.scalar(), delta, dqkv, dqkv, dqkv, Products);
   if (v.defined() && ctx.needs_grad(1)) {  // d value_add = dv, summed over what it was broadcast along
     Tensor dv = Tensor::empty(Shape{B, T, C}, qkv.dtype(), qkv.device());
     kernels::copy_strided(dqkv, kernels::sliced_view(qkv.shape(), 2, 2 * C, 3 * C), dv, kernels::contiguous_view(dv.shape()));
@@ -139,8 +140,13 @@ Var qkv_attention(Var qkv, int64_t heads, bool causal, Var value_add, double sca
   }
   Tensor out = Tensor::empty(Shape{B, T, C}, x.dtype(), x.device());
   Tensor lse = Tensor::empty(Shape{B, heads, T}, x.dtype(), x.device());
-  kernels::attention_forward(x, x, v.defined() ? v : x, at, causal, scale, out, lse);
-  const BackwardFn rule = causal ? qkv_attention_backward_rule<true> : qkv_attention_backward_rule<false>;
+  // inside an Autocast scope, f32 products in bf16 (on CUDA's flash kernels; Note [autocast]); the
+  // backward rule carries the choice
+  using P = kernels::AttentionProducts;
+  const bool bf16 = x.dtype() == DType::f32 && autocast_dtype() == DType::bf16;
+  kernels::attention_forward(x, x, v.defined() ? v : x, at, causal, scale, out, lse, bf16 ? P::bf16 : P::f32);
+  const BackwardFn rule = bf16 ? (causal ? qkv_attention_backward_rule<true, P::bf16> : qkv_attention_backward_rule<false, P::bf16>)
+                               : (causal ? qkv_attention_backward_rule<true, P::f32> : qkv_attention_backward_rule<false, P::f32>);
   if (value_add.defined()) return g.record(kQkvOp, std::move(out), {qkv, value_add}, rule, {std::move(lse), std::move(v)}, scale);
   return g.record(kQkvOp, std::move(out), {qkv}, rule, {std::move(lse), Tensor()}, scale);
 }
