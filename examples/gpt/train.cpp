@@ -405,9 +405,13 @@ int train(const TrainOptions& o) {
   std::vector<int32_t> positions(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) positions[static_cast<size_t>(t)] = static_cast<int32_t>(t);
   const Tensor pos = Tensor::from_vector(positions, Shape{T}, device);
+  // the mean loss of the tokens (B, T) against the targets (B, T), tensors on the device
+  auto loss_on = [&](const Tensor& tokens, const Tensor& targets, const ops::ValueEmbedBuffer& buf) {
+    Var logits = model(g.input(tokens, "tokens"), g.input(pos, "positions"), buf);
+    return ops::cross_entropy(logits, g.input(targets, "targets"));
+  };
   auto loss_of = [&](const std::vector<int32_t>& x, const std::vector<int32_t>& y, const ops::ValueEmbedBuffer& buf) {
-    Var logits = model(g.input(Tensor::from_vector(x, Shape{B, T}, device), "tokens"), g.input(pos, "positions"), buf);
-    return ops::cross_entropy(logits, g.input(Tensor::from_vector(y, Shape{B, T}, device), "targets"));
+    return loss_on(Tensor::from_vector(x, Shape{B, T}, device), Tensor::from_vector(y, Shape{B, T}, device), buf);
   };
   auto validate = [&]() {  // the same eval_batches batches every time, in eval mode, no tape
     std::mt19937_64 rng(o.seed ^ 0x76616c6964617465ull);
@@ -466,8 +470,7 @@ int train(const TrainOptions& o) {
   auto graph_step = [&](bool scheduled) {  // the --graph step's body, eager or captured
     g.clear();
     g.zero_grad();
-    Var logits = model(g.input(tokens_in, "tokens"), g.input(pos, "positions"));
-    Var loss = ops::cross_entropy(logits, g.input(targets_in, "targets"));
+    Var loss = loss_on(tokens_in, targets_in, {});
     g.backward(loss, {.free_activation_grads = true});
     (void)optim::clip_grad_norm_on_device(dense_params, 1.0);
     if (scheduled) adamw.scheduled_step(0);

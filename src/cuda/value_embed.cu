@@ -500,7 +500,7 @@ __global__ void sparse_sgd_kernel(W* table, const int64_t* __restrict__ rows, co
 template <class W, class S, int N>
 __global__ void sparse_adamw_kernel(W* table, const int64_t* __restrict__ rows, const S* __restrict__ grad, float* m,
                                     float* v, int64_t total_rows, int chunks, kernels::AdamWScalars s) {
-  const float decay = 1.0f - s.lr * s.weight_decay;
+  const float decay = 1.0f - s.lr * s.weight_decay;  // kernels::adamw_decay's, on the device
   const float one_minus_b1 = 1.0f - s.beta1, one_minus_b2 = 1.0f - s.beta2;
   const int64_t d = int64_t{chunks} * N, n = total_rows * chunks;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {

@@ -35,5 +35,8 @@ class Autocast {
 
 // The dtype f32 products compute in on this thread: bf16 inside an Autocast scope, else f32.
 DType autocast_dtype();
+// The dtype a product of `operands` computes in: autocast_dtype() for f32, else the operands' own
+// (f64 is never cast).
+inline DType compute_dtype(DType operands) { return operands == DType::f32 ? autocast_dtype() : operands; }
 
 }  // namespace tapegrad::ops

@@ -41,10 +41,6 @@ Shape product_shape(const Shape& a, const Shape& b, const Shape& shown_a, const 
   return Shape(dims.begin(), dims.begin() + batch + 2);
 }
 
-// The dtype a product of f32 operands computes in (bf16 inside an Autocast scope); other dtypes
-// compute in their own.
-DType compute_dtype(const Tensor& x) { return x.dtype() == DType::f32 ? autocast_dtype() : x.dtype(); }
-
 // The operand a product multiplies: v itself, or its copy in the compute dtype (Note [autocast]).
 Tensor operand(const Tensor& v, DType compute) {
   if (v.dtype() == compute) return v;
@@ -77,7 +73,7 @@ Var matmul(Var a, Var b) {
   Tensor out = Tensor::empty(shape, x.dtype(), x.device());
   Tensor out_matrices = out.reshape(matrices);
   // inside an Autocast scope, bf16 copies of f32 operands, saved for the backward (Note [autocast])
-  const DType compute = compute_dtype(x);
+  const DType compute = compute_dtype(x.dtype());
   const Tensor xc = operand(x, compute), wc = operand(w, compute);
   kernels::matmul(xc.reshape(as_rows(x.shape())), false, wc.reshape(as_columns(w.shape())), false, out_matrices);
   std::array<Tensor, 2> saved;
@@ -208,7 +204,7 @@ Var linear(Var x, Var w, Var b) {
   Tensor out = Tensor::empty(shape, v.dtype(), v.device());
   Tensor rows = out.reshape(as_matrix_of_rows(shape));
   // inside an Autocast scope, bf16 copies of f32 x and W, saved for the backward (Note [autocast])
-  const DType compute = compute_dtype(v);
+  const DType compute = compute_dtype(v.dtype());
   const Tensor xc = operand(v, compute).reshape(as_matrix_of_rows(v.shape())), Wc = operand(W, compute);
   kernels::matmul(xc, false, Wc, true, rows);
   if (bias) kernels::add_row(rows, b.value(), rows);

@@ -1,19 +1,33 @@
-// Host conversions between f32 and the 16-bit storage types (bf16, f16), round to nearest even.
+// Conversions between f32 and the 16-bit storage types (bf16, f16), round to nearest even. The
+// bf16 pair is __host__ __device__ under nvcc: CUDA's casts (src/kernels/bf16.hpp) round by it too.
 #pragma once
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define TG_HALF_HD __host__ __device__
+#else
+#define TG_HALF_HD
+#endif
 
 namespace tapegrad {
 
-inline uint16_t f32_to_bf16(float f) {
-  uint32_t u = std::bit_cast<uint32_t>(f);
+TG_HALF_HD inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
 }
-inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+TG_HALF_HD inline float bf16_to_f32(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
 
 inline float f16_to_f32(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;

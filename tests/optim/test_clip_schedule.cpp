@@ -125,6 +125,25 @@ TEST_CASE("clip_grad_norm_on_device gives clip_grad_norm's norm and gradients, c
   CHECK(optim::clip_grad_norm_on_device({w}, 1.0).item() == 0.0);  // no gradient: a zero norm
   CHECK(message_of([&] { (void)optim::clip_grad_norm_on_device({w}, -1.0); }) ==
         "[clip_grad_norm_on_device] max_norm must be a finite number >= 0, got -1");
+  // the device-scalar kernels refuse factors and sums that are not () f64, and a tensor listed twice
+  Tensor x = Tensor::zeros(Shape{3}, DType::f32), f64 = Tensor::zeros(Shape{}, DType::f64);
+  const Tensor wide = Tensor::zeros(Shape{2}, DType::f64), f32 = Tensor::zeros(Shape{}, DType::f32);
+  CHECK(message_of([&] { kernels::scale_many_by({&x}, wide); }) ==
+        "[scale_many_by] factor must be a () f64 tensor, got (2,) f64");
+  CHECK(message_of([&] { kernels::scale_many_by({&x, &x}, f64); }) ==
+        "[scale_many_by] tensors 0 and 1 share their bytes; list each tensor once");
+  Tensor norm = Tensor::zeros(Shape{}, DType::f64), factor = Tensor::zeros(Shape{}, DType::f64);
+  CHECK(message_of([&] { kernels::clip_factor(f32, 1.0, norm, factor); }) ==
+        "[clip_factor] sumsq must be a () f64 tensor, got () f32");
+  CHECK(message_of([&] { kernels::clip_factor(f64, 1.0, norm, x); }) ==
+        "[clip_factor] factor must be a () f64 tensor, got (3,) f32");
+  // and compute clip_grad_norm's factor: 1 within the limit, max_norm / (norm + 1e-6) past it
+  Tensor sumsq = Tensor::from_doubles({16.0}, Shape{}, DType::f64);
+  kernels::clip_factor(sumsq, 8.0, norm, factor);
+  CHECK(norm.item() == 4.0);
+  CHECK(factor.item() == 1.0);
+  kernels::clip_factor(sumsq, 2.0, norm, factor);
+  CHECK(factor.item() == 2.0 / (4.0 + 1e-6));
 }
 
 TEST_CASE("clip_grad_norm below the limit, without gradients, and with a parameter twice") {

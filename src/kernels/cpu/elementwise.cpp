@@ -182,7 +182,7 @@ void adamw_step(const kernels::AdamWSlot& slot, const AdamWScalars& s) {
   float* mm = slot.m->data<float>();
   float* vv = slot.v->data<float>();
   uint8_t* zero_blocks = slot.zero_blocks;
-  const float decay = 1.0f - s.lr * s.weight_decay;
+  const float decay = kernels::adamw_decay(s);
   const float one_minus_b1 = 1.0f - s.beta1, one_minus_b2 = 1.0f - s.beta2;
   const simd::Kernels& vk = simd::active_kernels();
   // elements [begin, end) with their gradient at g[0 .. end - begin)

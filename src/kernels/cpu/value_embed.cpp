@@ -204,7 +204,7 @@ void sparse_adamw_rows(Tensor& table, const Tensor& rows, const Tensor& grad, Te
   const int64_t* row = rows.data<int64_t>();
   float* mm = m.data<float>();
   float* vv = v.data<float>();
-  const float decay = 1.0f - s.lr * s.weight_decay;
+  const float decay = kernels::adamw_decay(s);
   const float one_minus_b1 = 1.0f - s.beta1, one_minus_b2 = 1.0f - s.beta2;
   dispatch_table("sparse_adamw", table.dtype(), [&]<class W>() {
     dispatch_buffer("sparse_adamw", grad.dtype(), [&]<class G>() {

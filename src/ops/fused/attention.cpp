@@ -143,7 +143,7 @@ Var qkv_attention(Var qkv, int64_t heads, bool causal, Var value_add, double sca
   // inside an Autocast scope, f32 products in bf16 (on CUDA's flash kernels; Note [autocast]); the
   // backward rule carries the choice
   using P = kernels::AttentionProducts;
-  const bool bf16 = x.dtype() == DType::f32 && autocast_dtype() == DType::bf16;
+  const bool bf16 = compute_dtype(x.dtype()) == DType::bf16;
   kernels::attention_forward(x, x, v.defined() ? v : x, at, causal, scale, out, lse, bf16 ? P::bf16 : P::f32);
   const BackwardFn rule = bf16 ? (causal ? qkv_attention_backward_rule<true, P::bf16> : qkv_attention_backward_rule<false, P::bf16>)
                                : (causal ? qkv_attention_backward_rule<true, P::f32> : qkv_attention_backward_rule<false, P::f32>);
