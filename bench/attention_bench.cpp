@@ -2,7 +2,8 @@
 // test). For q, k, v (B, H, T, hd) f32 it times the forward kernels, the backward kernels and both,
 // causal and not, and the op with its backward through the engine; it prints the median of each
 // in ms and in TFLOP/s, counting 4 B H T^2 hd for the forward and 2.5 times that for the backward
-// (halved when causal), as flash-attention papers count. bench/attention_torch.py times PyTorch's
+// (halved when causal), as flash-attention papers count; then the forward and backward kernels with
+// bf16 products (autocast). bench/attention_torch.py times PyTorch's
 // scaled_dot_product_attention at the same sizes.
 //
 //   ./build-cuda/bench/attention_bench [reps] [B H T hd]     (default 20 8 16 1024 64)
@@ -95,6 +96,28 @@ int main(int argc, char** argv) {
           g.zero_grad();
           Var y = ops::scaled_dot_product_attention(vq, vk, vv, causal);
           g.backward(ops::sum(ops::mul(y, g.input(dout))));
+          synchronize(dev);
+        }),
+        fwd_flops + bwd_flops);
+  }
+  // bf16 products (autocast): the tensor-core kernels of Note [bf16 flash attention], through the
+  // layout entry points, as qkv_attention calls them
+  const kernels::AttentionLayout at = kernels::AttentionLayout::contiguous(b, h, t, t, hd, hd);
+  const auto bf16 = kernels::AttentionProducts::bf16;
+  for (bool causal : {false, true}) {
+    const double fwd_flops = 4.0 * b * h * t * t * hd / (causal ? 2 : 1), bwd_flops = 2.5 * fwd_flops;
+    const std::string mode = causal ? ", causal" : "";
+    const std::string size_bf16 = size + " bf16 products";
+    auto forward = [&] { kernels::attention_forward(q, k, v, at, causal, scale, out, lse, bf16); };
+    auto backward = [&] {
+      kernels::attention_backward(q, k, v, out, dout, lse, at, causal, scale, delta, dq, dk, dv, bf16);
+    };
+    row("tapegrad forward" + size_bf16 + mode, median_ms(reps, [&] { forward(); synchronize(dev); }), fwd_flops);
+    forward();
+    row("tapegrad backward" + size_bf16 + mode, median_ms(reps, [&] { backward(); synchronize(dev); }), bwd_flops);
+    row("tapegrad forward + backward" + size_bf16 + mode, median_ms(reps, [&] {
+          forward();
+          backward();
           synchronize(dev);
         }),
         fwd_flops + bwd_flops);

@@ -6,6 +6,8 @@
 //   ids (B, T) i32 -> x = wte(ids) + wpe(0..T-1)                      (B, T, C)
 //                  -> x = block_l(x [, ve_l]) for l = 0..L-1          (B, T, C)
 //                  -> logits = ln_f(x) @ wte.weight^T                (B, T, V)  (the head is tied)
+//   training: loss = linear_cross_entropy(ln_f(x), wte.weight, targets), the head and the loss
+//   fused in blocks of rows, without the (B, T, V) logits
 //
 // Value embeddings (modded-nanogpt): P tables of (V, C), one row per token id, held as one
 // (P*V, C) parameter "ve.weight". Plane p is added to the values of block p's attention
@@ -67,8 +69,20 @@ struct GPT : nn::Module {
   // ids (B, T) i32 with T <= block, positions (T,) i32 = 0..T-1 -> logits (B, T, V). `buffer` is
   // the sparse value embeddings' gradient buffer (undefined: a plain gather, for evaluation).
   Var operator()(Var ids, Var positions, const ops::ValueEmbedBuffer& buffer = {}) {
-    const int64_t B = ids.shape()[0], T = ids.shape()[1], C = config.dim, P = config.value_embeds;
     ops::Autocast precision(config.products);  // the products' dtype (Note [autocast]); all else f32
+    return ops::linear(features(ids, positions, buffer), wte.weight);  // tied head: (B, T, C) @ (V, C)^T
+  }
+
+  // The mean cross-entropy of the next tokens `targets` (B, T): the head and the loss as one fused
+  // op, the (B, T, V) logits never whole (linear_cross_entropy).
+  Var loss(Var ids, Var positions, Var targets, const ops::ValueEmbedBuffer& buffer = {}) {
+    ops::Autocast precision(config.products);
+    return ops::linear_cross_entropy(features(ids, positions, buffer), wte.weight, targets);
+  }
+
+  // The last layer norm's output, what the head reads: (B, T, C).
+  Var features(Var ids, Var positions, const ops::ValueEmbedBuffer& buffer) {
+    const int64_t B = ids.shape()[0], T = ids.shape()[1], C = config.dim, P = config.value_embeds;
     Var x = drop(wte(ids) + wpe(positions));  // (B, T, C) + (T, C)
     Var planes;                               // (P, B, T, C)
     if (P > 0) planes = ops::reshape(value_embeds(ids, buffer), {P, B, T, C});
@@ -76,7 +90,7 @@ struct GPT : nn::Module {
       Var ve_l = l < P ? ops::reshape(ops::slice(planes, 0, l, l + 1), {B, T, C}) : Var();
       x = h[static_cast<size_t>(l)](x, ve_l);
     }
-    return ops::linear(ln_f(x), wte.weight);  // tied head: (B, T, C) @ (V, C)^T
+    return ln_f(x);
   }
 
   // ids (B, T) -> the P planes' rows, (P, B*T, C) (sparse) or (P, B, T, C) (dense).

@@ -407,8 +407,7 @@ int train(const TrainOptions& o) {
   const Tensor pos = Tensor::from_vector(positions, Shape{T}, device);
   // the mean loss of the tokens (B, T) against the targets (B, T), tensors on the device
   auto loss_on = [&](const Tensor& tokens, const Tensor& targets, const ops::ValueEmbedBuffer& buf) {
-    Var logits = model(g.input(tokens, "tokens"), g.input(pos, "positions"), buf);
-    return ops::cross_entropy(logits, g.input(targets, "targets"));
+    return model.loss(g.input(tokens, "tokens"), g.input(pos, "positions"), g.input(targets, "targets"), buf);
   };
   auto loss_of = [&](const std::vector<int32_t>& x, const std::vector<int32_t>& y, const ops::ValueEmbedBuffer& buf) {
     return loss_on(Tensor::from_vector(x, Shape{B, T}, device), Tensor::from_vector(y, Shape{B, T}, device), buf);

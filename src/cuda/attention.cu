@@ -11,13 +11,11 @@
 //   arithmetic (ExactSum, cr_exp and cr_log for f64; double sums in index order for f32), so they
 //   match the CPU to the ulps where glibc's exp and log differ from the correctly rounded ones.
 // - An f64 sum that runs out of ExactSum's partials is recorded (Note [kernel errors] in memory.cu).
-#include <cuda_bf16.h>
-#include <mma.h>
-
 #include <climits>
 #include <cstdlib>
 
 #include "tapegrad/cuda/common.cuh"
+#include "tapegrad/cuda/attention.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
 #include "tapegrad/cuda/exact_sum.cuh"
 #include "tapegrad/kernels/cr_math.hpp"
@@ -86,12 +84,6 @@ __device__ inline float half_warp_sum(float x) {
 }
 
 __device__ inline float component(const float4& x, int u) { return u == 0 ? x.x : u == 1 ? x.y : u == 2 ? x.z : x.w; }
-
-// Where row t of head hi (= b H + h) of an operand starts (Note [attention layouts] in
-// src/kernels/attention.cpp).
-__device__ inline int64_t row_at(const kernels::HeadRows& x, int64_t H, int64_t hi, int64_t t) {
-  return x.offset + (hi / H) * x.batch + (hi % H) * x.head + t * x.row;
-}
 
 // dst (64, D) in shared memory = rows [0, n) of src (w <= D columns a row, rows `ld` apart),
 // zeros elsewhere.
@@ -176,15 +168,6 @@ __device__ void tile_pv(const float* P, const float* B, float (&acc)[4][Flash<D>
   }
 }
 
-// The tile of this block: (b, h) and the first row. Causal query tiles run longest first.
-struct TileOf {
-  int64_t head, first;
-};
-__device__ inline TileOf tile_of(int64_t tiles, bool reversed) {
-  const int64_t t = blockIdx.x % tiles;
-  return {blockIdx.x / tiles, (reversed ? tiles - 1 - t : t) * kTile};
-}
-
 // out (B, H, Tq, dv), lse (B*H, Tq) from q (B, H, Tq, d), k (B, H, Tk, d), v (B, H, Tk, dv), each
 // through its layout; a block per (b, h) and 64 query rows (Note [flash attention]).
 template <int D>
@@ -199,7 +182,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   float* Vs = Ks + Flash<D>::tile;
   float* Ps = Vs + Flash<D>::tile;
   const int ty = thread_row(), tx = thread_col();
-  const TileOf tile = tile_of(tiles, causal);
+  const TileOf tile = tile_of(tiles, causal, kTile);
   const int64_t q0 = tile.first, hi = tile.head;
   load_rows<D>(Qs, q, at.q, H, hi, q0, tq, d);
   float m[4], l[4], acc[4][Flash<D>::cols];
@@ -301,7 +284,7 @@ __global__ void __launch_bounds__(kFlashThreads, D == 64 ? 2 : 1)
   float* Gs = Qs + Flash<D>::tile;  // dout
   float* Ps = Gs + Flash<D>::tile;  // P^T, then dS^T
   const int ty = thread_row(), tx = thread_col();
-  const TileOf tile = tile_of(tiles, false);  // causal: the first key tiles see the most queries
+  const TileOf tile = tile_of(tiles, false, kTile);  // causal: the first key tiles see the most queries
   const int64_t k0 = tile.first, hi = tile.head;
   load_rows<D>(Ks, k, at.k, H, hi, k0, tk, d);
   load_rows<D>(Vs, v, at.v, H, hi, k0, tk, dv);
@@ -395,7 +378,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   float* Vs = Ks + Flash<D>::tile;
   float* Ps = Vs + Flash<D>::tile;  // dS
   const int ty = thread_row(), tx = thread_col();
-  const TileOf tile = tile_of(tiles, causal);
+  const TileOf tile = tile_of(tiles, causal, kTile);
   const int64_t q0 = tile.first, hi = tile.head;
   load_rows<D>(Qs, q, at.q, H, hi, q0, tq, d);
   load_rows<D>(Gs, dout, at.out, H, hi, q0, tq, dv);
@@ -455,7 +438,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int ty = thread_row();
   const int64_t tq = at.Tq, tk = at.Tk, H = at.H;
   const int d = static_cast<int>(at.d);
-  const TileOf tile = tile_of(tiles, causal);
+  const TileOf tile = tile_of(tiles, causal, kTile);
   const int64_t q0 = tile.first, hi = tile.head;
   float gq[4][Flash<D>::cols] = {};
   const int64_t keys = causal ? std::min<int64_t>(tk, q0 + kTile) : tk;
@@ -468,346 +451,6 @@ __global__ void __launch_bounds__(kFlashThreads)
     tile_pv<D>(Ps, Ks, gq);  // dQ += dS K (times scale at the end)
   }
   store_dq<D>(dq, at.dq, H, tq, d, hi, q0, gq, scale);
-}
-
-// ----------------------------------------------------------------------------
-// CUDA kernels: the flash kernels with bf16 products (autocast)
-
-// Note [bf16 flash attention]
-// Under ops::Autocast the attention's products run on the tensor cores: the f32 operands are
-// rounded to bf16 as they are loaded into shared memory, each product of two tiles is WMMA
-// 16x16x16 fragments summing in f32, and the softmax, its statistics, P's scaling, delta and
-// every accumulator stay f32; P and dS are rounded to bf16 where they enter a product. A block
-// takes 64 rows (query rows, or keys for dK and dV) as 4 warps of 16; warp w's scores are a
-// (16, 64) f32 tile of its own in shared memory, where two lanes share a row (32 columns each) for
-// the softmax. Forward: S = Q K^T, the online softmax, O += P V with O's rows (f32, shared) rescaled
-// per key tile. Backward: dK and dV with K and V resident (S^T = K Q^T, P^T, dV += P^T dO, dP^T =
-// V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q), then dQ with Q and dO resident (S, dP, dS
-// recomputed, dQ += dS K); dK, dV and dQ accumulate in fragments across the tiles. Where dS fits
-// the scratch of Note [dS kept], dK/dV's kernel keeps its f32 tiles of dS and dQ is the f32 kernel's
-// one product over them instead. No atomics: the same bits on every run. Against the f32 kernels these differ by bf16's rounding of the operands
-// (about 2^-9 relative), which test_cuda bounds.
-namespace wmma = nvcuda::wmma;
-constexpr int kBf16Threads = 128;  // 4 warps of 16 rows
-constexpr int kLdS = kTile + 4;    // floats: a warp's (16, 64) scores
-constexpr int kLdH = kTile + 8;    // halves: a warp's (16, 64) P or dS in bf16
-
-template <int D>
-struct Bf16Flash {
-  static constexpr int ldh = D + 8;   // halves a row of a (64, D) bf16 tile
-  static constexpr int ldo = D + 4;   // floats a row of a warp's (16, D) f32 rows
-  static constexpr size_t tile = size_t{kTile} * ldh;  // halves of one (64, D) tile
-};
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major>;
-using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major>;
-using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major>;
-using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-
-// Shared bytes: `tiles` (64, D) bf16 tiles, and per warp the (16, 64) scores (f32), two (16, 64)
-// bf16 tiles and (16, D) f32 rows.
-template <int D>
-constexpr size_t bf16_shared_bytes(int tiles) {
-  return tiles * Bf16Flash<D>::tile * 2 + 4 * (16 * kLdS * 4 + 2 * 16 * kLdH * 2 + 16 * Bf16Flash<D>::ldo * 4);
-}
-
-// Warp w's part of the scratch that follows a kernel's tiles in shared memory (bf16_shared_bytes'
-// order): its (16, 64) f32 scores S, two (16, 64) bf16 tiles P and P2, its (16, D) f32 rows O.
-template <int D>
-struct WarpScratch {
-  float* S;
-  __nv_bfloat16 *P, *P2;
-  float* O;
-};
-template <int D>
-__device__ WarpScratch<D> warp_scratch(__nv_bfloat16* after_tiles, int w) {
-  float* scores = reinterpret_cast<float*>(after_tiles);
-  __nv_bfloat16* halves = reinterpret_cast<__nv_bfloat16*>(scores + 4 * 16 * kLdS);
-  float* rows = reinterpret_cast<float*>(halves + 4 * 2 * 16 * kLdH);
-  __nv_bfloat16* p = halves + w * 2 * 16 * kLdH;
-  return {scores + w * 16 * kLdS, p, p + 16 * kLdH, rows + w * 16 * Bf16Flash<D>::ldo};
-}
-
-// dst (64, D) bf16 in shared memory = rows [t0, t0 + 64) of head hi of x (w columns), rounded to
-// nearest; zeros past T and past w.
-template <int D>
-__device__ void load_rows_bf16(__nv_bfloat16* dst, const float* x, const kernels::HeadRows& at, int64_t H, int64_t hi,
-                               int64_t t0, int64_t T, int w) {
-  constexpr int ldh = Bf16Flash<D>::ldh;
-  const float* src = x + row_at(at, H, hi, t0);
-  const int64_t n = std::min<int64_t>(kTile, T - t0);
-  if (w % 4 == 0 && at.row % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-    for (int e = threadIdx.x; e < kTile * D / 4; e += kBf16Threads) {
-      const int r = e / (D / 4), c4 = e % (D / 4);
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (r < n && 4 * c4 < w) v = reinterpret_cast<const float4*>(src + int64_t{r} * at.row)[c4];
-      __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(dst + r * ldh + 4 * c4);
-      out[0] = __floats2bfloat162_rn(v.x, v.y);
-      out[1] = __floats2bfloat162_rn(v.z, v.w);
-    }
-  } else {
-    for (int e = threadIdx.x; e < kTile * D; e += kBf16Threads) {
-      const int r = e / D, c = e % D;
-      dst[r * ldh + c] = __float2bfloat16_rn(r < n && c < w ? src[int64_t{r} * at.row + c] : 0.f);
-    }
-  }
-}
-
-// out (16, 64) f32 at s (row stride kLdS) = A (16, D) @ B^T, B's rows 64 rows of a (64, D) tile:
-// the scores of a warp's 16 rows against a tile's 64.
-template <int D>
-__device__ void scores_16x64(const __nv_bfloat16* A, const __nv_bfloat16* B, float* s) {
-  constexpr int ldh = Bf16Flash<D>::ldh;
-  FragA a[D / 16];
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) wmma::load_matrix_sync(a[kk], A + 16 * kk, ldh);
-#pragma unroll
-  for (int n = 0; n < 4; ++n) {
-    FragC c;
-    wmma::fill_fragment(c, 0.f);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      FragBCol b;  // B^T (k, n) = B[n][k]
-      wmma::load_matrix_sync(b, B + 16 * n * ldh + 16 * kk, ldh);
-      wmma::mma_sync(c, a[kk], b, c);
-    }
-    wmma::store_matrix_sync(s + 16 * n, c, kLdS, wmma::mem_row_major);
-  }
-}
-
-// acc[n] += P (16, 64) bf16 @ B (64, D): a warp's 16 rows through a tile's 64 rows.
-template <int D>
-__device__ void accumulate_16xD(const __nv_bfloat16* P, const __nv_bfloat16* B, FragC (&acc)[D / 16]) {
-  constexpr int ldh = Bf16Flash<D>::ldh;
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    FragA a;
-    wmma::load_matrix_sync(a, P + 16 * kk, kLdH);
-#pragma unroll
-    for (int n = 0; n < D / 16; ++n) {
-      FragBRow b;
-      wmma::load_matrix_sync(b, B + 16 * kk * ldh + 16 * n, ldh);
-      wmma::mma_sync(acc[n], a, b, acc[n]);
-    }
-  }
-}
-
-// The warp's 16 rows of acc times `factor`, through its (16, D) f32 rows o: row 16 w + r goes to
-// element (row, col) of X at dst(row) + col for col < w.
-template <int D, class Dst>
-__device__ void store_rows(FragC (&acc)[D / 16], float* o, float factor, int width, Dst dst) {
-  constexpr int ldo = Bf16Flash<D>::ldo;
-#pragma unroll
-  for (int n = 0; n < D / 16; ++n) wmma::store_matrix_sync(o + 16 * n, acc[n], ldo, wmma::mem_row_major);
-  __syncwarp();
-  const int lane = threadIdx.x % 32;
-  for (int e = lane; e < 16 * D; e += 32) {
-    const int r = e / D, c = e % D;
-    float* row = dst(r);
-    if (row && c < width) row[c] = o[r * ldo + c] * factor;
-  }
-}
-
-// out, lse as flash_forward_kernel's, the products in bf16 (Note [bf16 flash attention]).
-template <int D>
-__global__ void __launch_bounds__(kBf16Threads)
-    flash_forward_bf16_kernel(const float* q, const float* k, const float* v, float* out, float* lse,
-                              const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
-  constexpr int ldh = Bf16Flash<D>::ldh, ldo = Bf16Flash<D>::ldo;
-  const int64_t tq = at.Tq, tk = at.Tk, H = at.H;
-  extern __shared__ float4 shared4[];
-  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(shared4);
-  __nv_bfloat16* Ks = Qs + Bf16Flash<D>::tile;
-  __nv_bfloat16* Vs = Ks + Bf16Flash<D>::tile;
-  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
-  const WarpScratch<D> scratch = warp_scratch<D>(Vs + Bf16Flash<D>::tile, w);
-  float* S = scratch.S;
-  __nv_bfloat16* P = scratch.P;
-  float* O = scratch.O;
-  const TileOf tile = tile_of(tiles, causal);
-  const int64_t q0 = tile.first, hi = tile.head, row = q0 + 16 * w + r;
-  load_rows_bf16<D>(Qs, q, at.q, H, hi, q0, tq, static_cast<int>(at.d));
-  for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c) O[r * ldo + c] = 0.f;
-  float m = -INFINITY, l = 0.f;
-  const int64_t keys = causal ? std::min<int64_t>(tk, q0 + kTile) : tk;
-  for (int64_t k0 = 0; k0 < keys; k0 += kTile) {
-    __syncthreads();  // the last tile's readers are done
-    load_rows_bf16<D>(Ks, k, at.k, H, hi, k0, tk, static_cast<int>(at.d));
-    load_rows_bf16<D>(Vs, v, at.v, H, hi, k0, tk, static_cast<int>(at.dv));
-    __syncthreads();
-    scores_16x64<D>(Qs + 16 * w * ldh, Ks, S);
-    __syncwarp();
-    float s[32], top = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int64_t key = k0 + 32 * half + j;
-      s[j] = key < tk && (!causal || key <= row) ? S[r * kLdS + 32 * half + j] * scale : -INFINITY;
-      top = fmaxf(top, s[j]);
-    }
-    // finite: every row (padding rows too) sees key 0 in the first tile
-    const float m_new = fmaxf(m, fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1)));
-    const float alpha = expf(m - m_new);  // 0 at the first tile
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const float p = expf(s[j] - m_new);
-      sum += p;
-      P[r * kLdH + 32 * half + j] = __float2bfloat16_rn(p);
-    }
-    l = l * alpha + sum + __shfl_xor_sync(0xffffffffu, sum, 1);
-    m = m_new;
-    for (int c = half * (D / 2); c < (half + 1) * (D / 2); ++c) O[r * ldo + c] *= alpha;
-    __syncwarp();
-    FragC acc[D / 16];
-#pragma unroll
-    for (int n = 0; n < D / 16; ++n) wmma::load_matrix_sync(acc[n], O + 16 * n, ldo, wmma::mem_row_major);
-    accumulate_16xD<D>(P, Vs, acc);
-#pragma unroll
-    for (int n = 0; n < D / 16; ++n) wmma::store_matrix_sync(O + 16 * n, acc[n], ldo, wmma::mem_row_major);
-    __syncwarp();
-  }
-  if (row < tq) {
-    float* o = out + row_at(at.out, H, hi, row);
-    for (int c = half * (D / 2); c < (half + 1) * (D / 2) && c < at.dv; ++c) o[c] = O[r * ldo + c] / l;
-    if (half == 0) lse[hi * tq + row] = m + logf(l);
-  }
-}
-
-// dk, dv as flash_dkdv_kernel's, the products in bf16: a block per (b, h) and 64 keys.
-template <int D>
-__global__ void __launch_bounds__(kBf16Threads)
-    flash_dkdv_bf16_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
-                           const double* delta, float* dk, float* dv_out, const kernels::AttentionLayout at,
-                           bool causal, float scale, int64_t tiles, float* ds_out, int64_t query_tiles) {
-  constexpr int ldh = Bf16Flash<D>::ldh;
-  const int64_t tq = at.Tq, tk = at.Tk, H = at.H;
-  extern __shared__ float4 shared4[];
-  __shared__ float lse_s[kTile], delta_s[kTile];
-  __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(shared4);
-  __nv_bfloat16* Vs = Ks + Bf16Flash<D>::tile;
-  __nv_bfloat16* Qs = Vs + Bf16Flash<D>::tile;
-  __nv_bfloat16* Gs = Qs + Bf16Flash<D>::tile;  // dout
-  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
-  const WarpScratch<D> scratch = warp_scratch<D>(Gs + Bf16Flash<D>::tile, w);
-  float* S = scratch.S;
-  __nv_bfloat16 *Pt = scratch.P, *dSt = scratch.P2;
-  float* O = scratch.O;
-  const TileOf tile = tile_of(tiles, false);
-  const int64_t k0 = tile.first, hi = tile.head, key = k0 + 16 * w + r;
-  load_rows_bf16<D>(Ks, k, at.k, H, hi, k0, tk, static_cast<int>(at.d));
-  load_rows_bf16<D>(Vs, v, at.v, H, hi, k0, tk, static_cast<int>(at.dv));
-  FragC gk[D / 16], gv[D / 16];
-#pragma unroll
-  for (int n = 0; n < D / 16; ++n) {
-    wmma::fill_fragment(gk[n], 0.f);
-    wmma::fill_fragment(gv[n], 0.f);
-  }
-  for (int64_t q0 = causal ? k0 : 0; q0 < tq; q0 += kTile) {
-    __syncthreads();  // the last tile's readers are done
-    const int64_t nq = std::min<int64_t>(kTile, tq - q0);
-    load_rows_bf16<D>(Qs, q, at.q, H, hi, q0, tq, static_cast<int>(at.d));
-    load_rows_bf16<D>(Gs, dout, at.out, H, hi, q0, tq, static_cast<int>(at.dv));
-    if (threadIdx.x < kTile) {
-      lse_s[threadIdx.x] = threadIdx.x < nq ? lse[hi * tq + q0 + threadIdx.x] : 0.f;
-      delta_s[threadIdx.x] = threadIdx.x < nq ? static_cast<float>(delta[hi * tq + q0 + threadIdx.x]) : 0.f;
-    }
-    __syncthreads();
-    scores_16x64<D>(Ks + 16 * w * ldh, Qs, S);  // K[key] . Q[query]
-    __syncwarp();
-    float p[32];
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int c = 32 * half + j;
-      const int64_t query = q0 + c;
-      const bool seen = key < tk && query < tq && (!causal || key <= query);
-      p[j] = seen ? expf(S[r * kLdS + c] * scale - lse_s[c]) : 0.f;
-      Pt[r * kLdH + c] = __float2bfloat16_rn(p[j]);
-    }
-    __syncwarp();
-    scores_16x64<D>(Vs + 16 * w * ldh, Gs, S);  // V[key] . dO[query] = dP^T
-    __syncwarp();
-    // the tile of dS^T (f32, 0 where unseen) for flash_dq_from_ds_kernel when kept (Note [dS kept])
-    float* kept = ds_out ? ds_out + ((hi * tiles + k0 / kTile) * query_tiles + q0 / kTile) * (kTile * kTile) : nullptr;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int c = 32 * half + j;
-      const float ds = p[j] != 0.f ? p[j] * (S[r * kLdS + c] - delta_s[c]) : 0.f;
-      dSt[r * kLdH + c] = __float2bfloat16_rn(ds);
-      S[r * kLdS + c] = ds;  // the lane's own cells: read above, written once
-    }
-    __syncwarp();
-    if (kept)  // the warp's 16 rows, whole rows of 64 floats a store
-      for (int e = lane; e < 16 * kTile; e += 32) kept[(16 * w + e / kTile) * kTile + e % kTile] = S[(e / kTile) * kLdS + e % kTile];
-    accumulate_16xD<D>(Pt, Gs, gv);   // dV += P^T dO
-    accumulate_16xD<D>(dSt, Qs, gk);  // dK += dS^T Q (times scale at the end)
-  }
-  auto row_of = [&](const kernels::HeadRows& rows, float* base) {
-    return [=](int rr) -> float* {
-      const int64_t kk = k0 + 16 * w + rr;
-      return kk < tk ? base + row_at(rows, H, hi, kk) : nullptr;
-    };
-  };
-  store_rows<D>(gk, O, scale, static_cast<int>(at.d), row_of(at.dk, dk));
-  __syncwarp();
-  store_rows<D>(gv, O, 1.f, static_cast<int>(at.dv), row_of(at.dv_, dv_out));
-}
-
-// dq as flash_dq_kernel's, the products in bf16: a block per (b, h) and 64 query rows.
-template <int D>
-__global__ void __launch_bounds__(kBf16Threads)
-    flash_dq_bf16_kernel(const float* q, const float* k, const float* v, const float* dout, const float* lse,
-                         const double* delta, float* dq, const kernels::AttentionLayout at, bool causal, float scale,
-                         int64_t tiles) {
-  constexpr int ldh = Bf16Flash<D>::ldh;
-  const int64_t tq = at.Tq, tk = at.Tk, H = at.H;
-  extern __shared__ float4 shared4[];
-  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(shared4);
-  __nv_bfloat16* Gs = Qs + Bf16Flash<D>::tile;  // dout
-  __nv_bfloat16* Ks = Gs + Bf16Flash<D>::tile;
-  __nv_bfloat16* Vs = Ks + Bf16Flash<D>::tile;
-  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
-  const WarpScratch<D> scratch = warp_scratch<D>(Vs + Bf16Flash<D>::tile, w);
-  float* S = scratch.S;
-  __nv_bfloat16* dS = scratch.P;
-  float* O = scratch.O;
-  const TileOf tile = tile_of(tiles, causal);
-  const int64_t q0 = tile.first, hi = tile.head, row = q0 + 16 * w + r;
-  load_rows_bf16<D>(Qs, q, at.q, H, hi, q0, tq, static_cast<int>(at.d));
-  load_rows_bf16<D>(Gs, dout, at.out, H, hi, q0, tq, static_cast<int>(at.dv));
-  const float lse_r = row < tq ? lse[hi * tq + row] : 0.f;
-  const float delta_r = row < tq ? static_cast<float>(delta[hi * tq + row]) : 0.f;
-  FragC gq[D / 16];
-#pragma unroll
-  for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(gq[n], 0.f);
-  const int64_t keys = causal ? std::min<int64_t>(tk, q0 + kTile) : tk;
-  for (int64_t k0 = 0; k0 < keys; k0 += kTile) {
-    __syncthreads();  // the last tile's readers are done
-    load_rows_bf16<D>(Ks, k, at.k, H, hi, k0, tk, static_cast<int>(at.d));
-    load_rows_bf16<D>(Vs, v, at.v, H, hi, k0, tk, static_cast<int>(at.dv));
-    __syncthreads();
-    scores_16x64<D>(Qs + 16 * w * ldh, Ks, S);
-    __syncwarp();
-    float p[32];
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int64_t key = k0 + 32 * half + j;
-      const bool seen = row < tq && key < tk && (!causal || key <= row);
-      p[j] = seen ? expf(S[r * kLdS + 32 * half + j] * scale - lse_r) : 0.f;
-    }
-    __syncwarp();
-    scores_16x64<D>(Gs + 16 * w * ldh, Vs, S);  // dO[row] . V[key] = dP
-    __syncwarp();
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int c = 32 * half + j;
-      dS[r * kLdH + c] = __float2bfloat16_rn(p[j] * (S[r * kLdS + c] - delta_r));
-    }
-    __syncwarp();
-    accumulate_16xD<D>(dS, Ks, gq);  // dQ += dS K (times scale at the end)
-  }
-  store_rows<D>(gq, O, scale, static_cast<int>(at.d), [&](int rr) -> float* {
-    const int64_t qq = q0 + 16 * w + rr;
-    return qq < tq ? dq + row_at(at.dq, H, hi, qq) : nullptr;
-  });
 }
 
 // ----------------------------------------------------------------------------
@@ -1029,26 +672,23 @@ void allow_shared(Kernel kernel, size_t bytes) {
   TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
 }
 
-// bf16: the kernels of Note [bf16 flash attention]; else the f32 ones.
 template <int D>
 void flash_forward(const Sizes& n, const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at,
-                   bool causal, double scale, Tensor& out, Tensor& lse, bool bf16) {
+                   bool causal, double scale, Tensor& out, Tensor& lse) {
   int64_t tiles = 0;
   const unsigned grid = flash_grid(n, n.tq, &tiles);
-  auto launch = [&](auto kernel, int threads, size_t bytes) {
-    allow_shared(kernel, bytes);
-    kernel<<<grid, threads, bytes, stream_for(q)>>>(cdata<float>(q), cdata<float>(k), cdata<float>(v), mdata<float>(out),
-                                                    mdata<float>(lse), at, causal, static_cast<float>(scale), tiles);
-    TG_CUDA_CHECK_LAUNCH();
-  };
-  if (bf16) launch(flash_forward_bf16_kernel<D>, kBf16Threads, bf16_shared_bytes<D>(3));
-  else launch(flash_forward_kernel<D>, kFlashThreads, flash_shared_bytes<D>(3));
+  const size_t bytes = flash_shared_bytes<D>(3);
+  allow_shared(flash_forward_kernel<D>, bytes);
+  flash_forward_kernel<D><<<grid, kFlashThreads, bytes, stream_for(q)>>>(
+      cdata<float>(q), cdata<float>(k), cdata<float>(v), mdata<float>(out), mdata<float>(lse), at, causal,
+      static_cast<float>(scale), tiles);
+  TG_CUDA_CHECK_LAUNCH();
 }
 
 template <int D>
 void flash_backward(const Sizes& n, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                     const Tensor& dout, const Tensor& lse, const kernels::AttentionLayout& at, bool causal,
-                    double scale, Tensor& delta, Tensor& dq, Tensor& dk, Tensor& dv, bool bf16) {
+                    double scale, Tensor& delta, Tensor& dq, Tensor& dk, Tensor& dv) {
   const cudaStream_t stream = stream_for(q);
   const float s = static_cast<float>(scale);
   if (n.tq > 0) {
@@ -1056,8 +696,8 @@ void flash_backward(const Sizes& n, const Tensor& q, const Tensor& k, const Tens
                                                                             mdata<double>(delta), at);
     TG_CUDA_CHECK_LAUNCH();
   }
-  const size_t bytes = bf16 ? bf16_shared_bytes<D>(4) : flash_shared_bytes<D>(4);
-  const int threads = bf16 ? kBf16Threads : kFlashThreads;
+  const size_t bytes = flash_shared_bytes<D>(4);
+  const int threads = kFlashThreads;
   int64_t key_tiles = 0, query_tiles = 0;
   const unsigned key_grid = flash_grid(n, n.tk, &key_tiles);
   const unsigned query_grid = n.tq > 0 ? flash_grid(n, n.tq, &query_tiles) : 0;
@@ -1075,8 +715,7 @@ void flash_backward(const Sizes& n, const Tensor& q, const Tensor& k, const Tens
                                                  kept.defined() ? mdata<float>(kept) : nullptr, query_tiles);
     TG_CUDA_CHECK_LAUNCH();
   };
-  if (bf16) dkdv(flash_dkdv_bf16_kernel<D>);
-  else dkdv(flash_dkdv_kernel<D>);
+  dkdv(flash_dkdv_kernel<D>);
   if (n.tq == 0) return;
   if (kept.defined()) {  // one product over the kept f32 tiles, whichever kernel made them
     const size_t kept_shared = flash_shared_bytes<D>(1);
@@ -1093,8 +732,7 @@ void flash_backward(const Sizes& n, const Tensor& q, const Tensor& k, const Tens
                                                    s, query_tiles);
     TG_CUDA_CHECK_LAUNCH();
   };
-  if (bf16) dq_kernel(flash_dq_bf16_kernel<D>);
-  else dq_kernel(flash_dq_kernel<D>);
+  dq_kernel(flash_dq_kernel<D>);
 }
 
 template <class T>
@@ -1114,10 +752,12 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        bool causal, double scale, Tensor& out, Tensor& lse, kernels::AttentionProducts products) {
   const Sizes n(at);
   if (n.heads * n.tq == 0) return;
-  const bool bf16 = products == kernels::AttentionProducts::bf16;
-  switch (n.flash_head(q.dtype())) {
-    case 64: return flash_forward<64>(n, q, k, v, at, causal, scale, out, lse, bf16);
-    case 128: return flash_forward<128>(n, q, k, v, at, causal, scale, out, lse, bf16);
+  const int D = n.flash_head(q.dtype());
+  if (D && products == kernels::AttentionProducts::bf16)  // Note [bf16 flash attention] in flash_bf16.cu
+    return flash_bf16_forward(q, k, v, at, D, causal, scale, out, lse);
+  switch (D) {
+    case 64: return flash_forward<64>(n, q, k, v, at, causal, scale, out, lse);
+    case 128: return flash_forward<128>(n, q, k, v, at, causal, scale, out, lse);
     default: throw Error(std::string("[") + kOp + "] no CUDA kernel takes this layout (f32 heads up to 128 do)");
   }
 }
@@ -1127,10 +767,12 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         Tensor& delta, Tensor& dq, Tensor& dk, Tensor& dv, kernels::AttentionProducts products) {
   const Sizes n(at);
   if (n.heads == 0) return;
-  const bool bf16 = products == kernels::AttentionProducts::bf16;
-  switch (n.flash_head(q.dtype())) {
-    case 64: return flash_backward<64>(n, q, k, v, out, dout, lse, at, causal, scale, delta, dq, dk, dv, bf16);
-    case 128: return flash_backward<128>(n, q, k, v, out, dout, lse, at, causal, scale, delta, dq, dk, dv, bf16);
+  const int D = n.flash_head(q.dtype());
+  if (D && products == kernels::AttentionProducts::bf16)  // delta is the kernels' own f32 scratch there
+    return flash_bf16_backward(q, k, v, out, dout, lse, at, D, causal, scale, dq, dk, dv);
+  switch (D) {
+    case 64: return flash_backward<64>(n, q, k, v, out, dout, lse, at, causal, scale, delta, dq, dk, dv);
+    case 128: return flash_backward<128>(n, q, k, v, out, dout, lse, at, causal, scale, delta, dq, dk, dv);
     default: throw Error(std::string("[") + kOp + "] no CUDA kernel takes this layout (f32 heads up to 128 do)");
   }
 }

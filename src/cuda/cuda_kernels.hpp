@@ -31,6 +31,13 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const Tensor& lse, const kernels::AttentionLayout& at, bool causal, double scale,
                         Tensor& delta, Tensor& dq, Tensor& dk, Tensor& dv,
                         kernels::AttentionProducts products = kernels::AttentionProducts::f32);
+// the bf16 products of those (flash_bf16.cu, Note [bf16 flash attention]) for a head of D = 64 or
+// 128 columns (d, dv <= D): f32 operands and results, lse natural-log as the f32 kernels'.
+void flash_bf16_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at, int D,
+                        bool causal, double scale, Tensor& out, Tensor& lse);
+void flash_bf16_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                         const Tensor& lse, const kernels::AttentionLayout& at, int D, bool causal, double scale,
+                         Tensor& dq, Tensor& dk, Tensor& dv);
 
 // binary's broadcasting path (strided.cu), which its flat path hands unequal shapes to
 void binary_walk(Binary op, const Tensor& a, const Tensor& b, Tensor& out);

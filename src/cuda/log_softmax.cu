@@ -5,6 +5,7 @@
 // CPU's left-to-right order: results agree with the CPU's to rounding.
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
+#include "tapegrad/kernels/bf16.hpp"
 #include "tapegrad/kernels/unary_ops.hpp"
 
 namespace tapegrad::cuda {
@@ -137,7 +138,103 @@ __global__ void __launch_bounds__(kRowBlock) nll_log_softmax_backward_kernel(con
   }
 }
 
+// cross_entropy_rows: a row's running max and its sum of exp(x - max), in double, merged in a fixed
+// order (a NaN max wins; a part with nothing above -inf adds nothing).
+struct MaxSum {
+  double m, s;
+};
+__device__ inline MaxSum merge(MaxSum a, MaxSum b) {
+  const double m = max_nan(a.m, b.m);
+  if (m == -INFINITY) return {m, 0.0};
+  return {m, (a.m == -INFINITY ? 0.0 : a.s * exp(a.m - m)) + (b.m == -INFINITY ? 0.0 : b.s * exp(b.m - m))};
+}
+
+// A row of v logits a group of R threads (a warp, or the whole block of kCeBlock): losses[i] and,
+// when d is not null, the row of dz = softmax - onehot(t), as the CPU's cross_entropy_rows
+// (exp in T, the sum in double; Note [log-sum-exp rows]). One read of the row for its max and sum
+// (online: a thread rescales its sum when its max grows), one more to write dz.
+constexpr int kCeBlock = 512;
+template <class T, class G, class I, int R>
+__global__ void __launch_bounds__(kCeBlock)
+    cross_entropy_rows_kernel(const T* z, const I* targets, int64_t ignore_index, T* losses, G* d,
+                              unsigned long long* count, int64_t n, int64_t v, ErrorSite site) {
+  __shared__ MaxSum parts[kCeBlock / 32];
+  const int lane = static_cast<int>(threadIdx.x % R);
+  const int64_t i = blockIdx.x * int64_t{kCeBlock / R} + threadIdx.x / R;
+  if (i >= n) return;  // a whole group leaves together (R = 32), or none does (R = kCeBlock)
+  const int64_t t = static_cast<int64_t>(targets[i]);
+  const T* x = z + i * v;
+  G* dz = d ? d + i * v : nullptr;
+  if (t == ignore_index || t < 0 || t >= v) {
+    if (lane == 0) {
+      losses[i] = T(0);
+      if (t != ignore_index) record_error(site, ErrorKind::target_out_of_range, i, t);
+    }
+    if (dz)
+      for (int64_t j = lane; j < v; j += R) dz[j] = kernels::convert<G>(T(0));
+    return;
+  }
+  MaxSum ms{-INFINITY, 0.0};
+  for (int64_t j = lane; j < v; j += R) {
+    const double xj = static_cast<double>(x[j]);
+    if (xj > ms.m || xj != xj) {  // a new max (or NaN): the sum so far is rescaled to it
+      const double m = max_nan(ms.m, xj);
+      ms.s = ms.m == -INFINITY ? 0.0 : ms.s * exp(ms.m - m);
+      ms.m = m;
+    }
+    if (ms.m != -INFINITY) ms.s += static_cast<double>(kernels::exp_of(static_cast<T>(xj - ms.m)));
+  }
+  for (int offset = 16; offset > 0; offset /= 2)
+    ms = merge(ms, MaxSum{__shfl_xor_sync(0xffffffffu, ms.m, offset), __shfl_xor_sync(0xffffffffu, ms.s, offset)});
+  if constexpr (R > 32) {  // the warps' parts, in warp order
+    if (threadIdx.x % 32 == 0) parts[threadIdx.x / 32] = ms;
+    __syncthreads();
+    ms = parts[0];
+    for (int w = 1; w < R / 32; ++w) ms = merge(ms, parts[w]);
+  }
+  const T top = static_cast<T>(ms.m), log_s = static_cast<T>(kernels::log_of(ms.s));
+  if (lane == 0) {
+    losses[i] = -((x[t] - top) - log_s);
+    atomicAdd(count, 1ull);
+  }
+  if (dz)
+    for (int64_t j = lane; j < v; j += R) {
+      const T p = kernels::exp_of((x[j] - top) - log_s);
+      dz[j] = kernels::convert<G>(j == t ? p - T(1) : p);
+    }
+}
+
 }  // namespace
+
+void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_index, Tensor& losses, Tensor& count,
+                        Tensor& dz) {
+  const int64_t n = z.dim(0), v = z.dim(1);
+  DeviceContext& ctx = context(z);
+  const ErrorSite site = ctx.error_site("cross_entropy", n, v);
+  Tensor counter = Tensor::zeros(Shape{1}, DType::i64, z.device());
+  auto* c = static_cast<unsigned long long*>(counter.raw_data());
+  dispatch_float("cross_entropy", z.dtype(), [&]<class T>() {
+    dispatch_index("cross_entropy", targets.dtype(), [&]<class I>() {
+      auto launch = [&]<class G>(G* d) {
+        if (n == 0) return;
+        if (v <= kWarpRowMax) {
+          constexpr int64_t rows = kCeBlock / 32;
+          cross_entropy_rows_kernel<T, G, I, 32><<<static_cast<unsigned>((n + rows - 1) / rows), kCeBlock, 0, ctx.stream>>>(
+              cdata<T>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);
+        } else {
+          cross_entropy_rows_kernel<T, G, I, kCeBlock><<<static_cast<unsigned>(n), kCeBlock, 0, ctx.stream>>>(
+              cdata<T>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);
+        }
+        TG_CUDA_CHECK_LAUNCH();
+      };
+      if (!dz.defined()) launch(static_cast<T*>(nullptr));
+      else if (dz.dtype() == DType::bf16) launch(static_cast<kernels::bf16*>(dz.raw_data()));
+      else launch(mdata<T>(dz));
+      count_to_scalar_kernel<T><<<1, 1, 0, ctx.stream>>>(c, mdata<T>(count));
+      TG_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
 
 void log_softmax_rows(const Tensor& x, Tensor& y) {
   const int64_t n = x.dim(0), m = x.dim(1);

@@ -100,6 +100,16 @@ void log_softmax_rows_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
 void nll_rows(const Tensor& lp, const Tensor& targets, int64_t ignore_index, Tensor& losses, Tensor& count) {
   TG_DISPATCH("cross_entropy", nll_rows(lp, targets, ignore_index, losses, count), &lp, &targets, &losses, &count);
 }
+void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_index, Tensor& losses, Tensor& count,
+                        Tensor& dz) {
+  const bool grad = dz.defined();
+  if (grad && (dz.shape() != z.shape() || (dz.dtype() != z.dtype() && !(z.dtype() == DType::f32 && dz.dtype() == DType::bf16))))
+    throw Error("[cross_entropy] the gradient " + dz.shape().str() + " " + dtype_name(dz.dtype()) +
+                " does not fit the logits " + z.shape().str() + " " + dtype_name(z.dtype()) +
+                ": it needs their shape and dtype (bf16 for f32 logits)");
+  TG_DISPATCH("cross_entropy", cross_entropy_rows(z, targets, ignore_index, losses, count, dz), &z, &targets, &losses,
+              &count, &dz);
+}
 void nll_log_softmax_backward(const Tensor& lp, const Tensor& targets, int64_t ignore_index, const Tensor& dloss,
                               const Tensor& divisor, Tensor& dlogits) {
   TG_DISPATCH("cross_entropy_backward", nll_log_softmax_backward(lp, targets, ignore_index, dloss, divisor, dlogits),

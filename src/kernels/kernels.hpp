@@ -94,6 +94,13 @@ void nll_rows(const Tensor& lp, const Tensor& targets, int64_t ignore_index, Ten
 // dloss () or (N,); divisor a () tensor on the device or undefined (1)
 void nll_log_softmax_backward(const Tensor& lp, const Tensor& targets, int64_t ignore_index, const Tensor& dloss,
                               const Tensor& divisor, Tensor& dlogits);
+// The loss and its gradient in one pass over logits z (N, V), for linear_cross_entropy's blocks:
+// losses (N,) = -lp[i, t_i] and, where dz is defined, dz (N, V) = exp(lp) - onehot(t) (softmax
+// minus the target, the gradient of each row's loss), lp = log_softmax(z) with Note [log-sum-exp
+// rows]' arithmetic; 0 and zero rows where t_i == ignore_index; count () = the rows not ignored,
+// in z's dtype. z f32 or f64; dz z's dtype, or bf16 for an f32 z (autocast: the products' operand).
+void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_index, Tensor& losses, Tensor& count,
+                        Tensor& dz);
 
 // ---- reductions over every element -> shape ()
 void sum_all(const Tensor& x, Tensor& out);
@@ -238,7 +245,7 @@ struct AttentionLayout {
   static AttentionLayout packed(int64_t B, int64_t T, int64_t H, int64_t d);
   bool is_contiguous() const;
 };
-// products: f32, or bf16 (autocast: Note [bf16 flash attention] in src/cuda/attention.cu) where the
+// products: f32, or bf16 (autocast: Note [bf16 flash attention] in src/cuda/flash_bf16.cu) where the
 // CUDA flash kernels take the layout; elsewhere f32.
 enum class AttentionProducts : uint8_t { f32, bf16 };
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayout& at, bool causal,

@@ -5,10 +5,13 @@
 // PyTorch's), ops::matmul and ops::linear of f32 operands multiply bf16 copies of them (rounded
 // to nearest even) on the tensor cores, summing in f32 into an f32 result. Their backward rounds
 // dy to bf16 as well and writes f32 gradients from f32 sums: dx = bf16(dy) @ bf16(W), dW =
-// bf16(dy)^T @ bf16(x). qkv_attention's products on CUDA's flash kernels go to the tensor cores the
-// same way (Note [bf16 flash attention] in src/cuda/attention.cu: Q, K, V, P and dS rounded to bf16
-// as they enter a product; the softmax and every sum f32). Everything else (norms, the loss's
-// softmax, the optimizer) stays f32, and parameters stay f32 (master weights). A product is decided
+// bf16(dy)^T @ bf16(x). linear_cross_entropy's products are bf16 the same way (its softmax and
+// losses f32, its dz = softmax - onehot rounded to bf16 as it enters the gradients' products).
+// qkv_attention's and scaled_dot_product_attention's products on CUDA's flash kernels go to the
+// tensor cores (Note [bf16 flash attention] in src/cuda/flash_bf16.cu: Q, K, V, P and dS rounded to
+// bf16 as they enter a product; the softmax and every sum f32; the CPU's attention stays f32).
+// Everything else (norms, the optimizer) stays f32, and parameters stay f32 (master weights). A
+// product is decided
 // when it is recorded: its backward computes as its forward did, scope or not.
 // Where this differs from torch.autocast: PyTorch's products return bf16 and its elementwise ops
 // then run in bf16; here every activation stays f32, a gradient is never rounded to bf16 on its

@@ -37,6 +37,13 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
   return out;
 }
 
+Tensor operand(const Tensor& v, DType compute) {
+  if (v.dtype() == compute) return v;
+  Tensor c = Tensor::empty(v.shape(), compute, v.device());
+  kernels::cast(v, c);
+  return c;
+}
+
 Tensor sum_to(const Tensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;
   const int n = g.ndim(), lead = n - shape.ndim();

@@ -64,5 +64,7 @@ Var constant(Graph& g, double value, const Tensor& like);
 // Integers kept in a node for its backward (axes, offsets): a host i64 tensor, and back.
 Tensor host_ints(const std::vector<int64_t>& values);
 std::vector<int64_t> ints_of(const Tensor& t);
+// The operand a product multiplies: v itself, or its copy in the compute dtype (Note [autocast]).
+Tensor operand(const Tensor& v, DType compute);
 
 }  // namespace tapegrad::ops::detail

@@ -41,14 +41,6 @@ Shape product_shape(const Shape& a, const Shape& b, const Shape& shown_a, const 
   return Shape(dims.begin(), dims.begin() + batch + 2);
 }
 
-// The operand a product multiplies: v itself, or its copy in the compute dtype (Note [autocast]).
-Tensor operand(const Tensor& v, DType compute) {
-  if (v.dtype() == compute) return v;
-  Tensor c = Tensor::empty(v.shape(), compute, v.device());
-  kernels::cast(v, c);
-  return c;
-}
-
 }  // namespace
 
 // a (..., n, k) @ b (..., k, m) -> (..., n, m), the batch axes broadcast; a 1-D a (k,) or b (k,)

@@ -485,6 +485,38 @@ TEST_CASE("[gpu] cross-entropy's fused mean equals cross_entropy then mean_all, 
   }
 }
 
+// linear_cross_entropy's blocks: the losses, the count and dz = softmax - onehot in one pass,
+// against the CPU's (the same formulas; CUDA's sums run in another order, so within rounding), warp
+// rows (V <= 1024) and block rows, ignored rows and extreme logits.
+TEST_CASE("[gpu] cross_entropy_rows: losses, count and softmax - onehot against the CPU") {
+  for (DType t : kFloats)
+    for (int64_t v : {1, 65, 1000, 1025, 50304}) {
+      const int64_t n = v > 5000 ? 7 : 37;
+      std::vector<int64_t> targets;
+      for (int64_t i = 0; i < n; ++i) targets.push_back(i % 5 == 3 ? -100 : static_cast<int64_t>(rng() % static_cast<uint64_t>(v)));
+      Tensor z = random(Shape{n, v}, t, -8.0, 8.0);
+      if (v > 1) {  // one row with a logit far above the rest: the loss is exact, not inf
+        std::vector<double> zz = z.to_doubles();
+        zz[static_cast<size_t>(v + 1)] = 745.0;
+        z = Tensor::from_doubles(zz, z.shape(), t);
+      }
+      const std::string what = std::string(name(t)) + " (" + std::to_string(n) + ", " + std::to_string(v) + ")";
+      for (DType grad : {t, DType::bf16}) {
+        if (grad == DType::bf16 && t != DType::f32) continue;
+        std::vector<Tensor> args{z, index_tensor(targets, DType::i32), poisoned(Shape{n}, t), poisoned(Shape{}, t),
+                                 poisoned(Shape{n, v}, grad)};
+        auto back = run_both(args, [](std::vector<Tensor>& a) { kernels::cross_entropy_rows(a[0], a[1], -100, a[2], a[3], a[4]); });
+        check_close(args[2], back[2], t == DType::f64 ? 1e-13 : 1e-6, what + " losses");
+        check_bits(args[3], back[3], what + " count");
+        check_close(args[4], back[4], t == DType::f64 ? 1e-13 : grad == DType::bf16 ? 1e-2 : 1e-6,
+                    what + " dz " + name(grad));
+      }
+      std::vector<Tensor> args{z, index_tensor(targets, DType::i32), poisoned(Shape{n}, t), poisoned(Shape{}, t), Tensor()};
+      auto back = run_both(args, [](std::vector<Tensor>& a) { kernels::cross_entropy_rows(a[0], a[1], -100, a[2], a[3], a[4]); });
+      check_close(args[2], back[2], t == DType::f64 ? 1e-13 : 1e-6, what + " losses, no dz");
+    }
+}
+
 TEST_CASE("[gpu] optimizer updates") {
   for (DType t : kFloats) {
     std::vector<Tensor> args{random(Shape{3, 50}, t), random(Shape{3, 50}, t)};
@@ -947,16 +979,17 @@ TEST_CASE("[gpu] qkv_attention under autocast: bf16 products within bf16's reach
     int64_t b, t, h, d;
     bool causal;
   };
-  // odd lengths (tiles cut short), both head sizes' kernels (64 and 128), 7 (padded columns)
+  // odd lengths (tiles cut short), both head sizes' kernels (64 and 128, whose tiles stream 32
+  // rows), 7 (padded columns), and T = 1024 (many tiles, the causal order of the blocks)
   for (const Size& s : {Size{2, 300, 3, 64, true}, Size{1, 130, 2, 64, false}, Size{2, 70, 2, 96, true},
-                        Size{1, 65, 3, 7, true}, Size{2, 256, 6, 64, true}}) {
+                        Size{1, 200, 2, 128, false}, Size{1, 65, 3, 7, true}, Size{2, 256, 6, 64, true},
+                        Size{1, 1024, 2, 64, true}}) {
     const int64_t C = s.h * s.d;
     const std::string what = "(B " + std::to_string(s.b) + ", T " + std::to_string(s.t) + ", H " + std::to_string(s.h) +
                              ", d " + std::to_string(s.d) + ")" + (s.causal ? " causal" : "");
     const Tensor x = random({s.b, s.t, 3 * C}, DType::f32, -1, 1), r = random({s.b, s.t, C}, DType::f32, -1, 1);
     const Tensor add = random({s.t, C}, DType::f32, -1, 1);
-    auto run = [&](bool bf16, const char* kept) {  // kept: TAPEGRAD_ATTENTION_KEPT_BYTES (0: dq recomputed)
-      setenv("TAPEGRAD_ATTENTION_KEPT_BYTES", kept, 1);
+    auto run = [&](bool bf16) {
       Graph g;
       Var qkv = g.parameter(x.to(kGpu)), a = g.parameter(add.to(kGpu));
       Var y;
@@ -965,18 +998,42 @@ TEST_CASE("[gpu] qkv_attention under autocast: bf16 products within bf16's reach
         y = ops::qkv_attention(qkv, s.h, s.causal, a);
       }
       g.backward(ops::sum(ops::mul(y, g.input(r.to(kGpu)))));
-      unsetenv("TAPEGRAD_ATTENTION_KEPT_BYTES");
       return std::vector<Tensor>{y.value().to(kCpu), qkv.grad().to(kCpu), a.grad().to(kCpu)};
     };
-    const std::vector<Tensor> f32 = run(false, "1e12"), bf16 = run(true, "1e12"), again = run(true, "1e12");
-    const std::vector<Tensor> recomputed = run(true, "0");
+    const std::vector<Tensor> f32 = run(false), bf16 = run(true), again = run(true);
     const std::string parts[] = {" forward", " d qkv", " d value_add"};
     for (size_t i = 0; i < 3; ++i) {
       check_bits(bf16[i], again[i], what + parts[i] + ": bf16 products, two runs");
-      check_close(f32[i], bf16[i], 2e-2, what + parts[i] + ": bf16 products against f32");
-      check_close(f32[i], recomputed[i], 2e-2, what + parts[i] + ": bf16 products, dq recomputed, against f32");
       const std::vector<double> a = f32[i].to_doubles(), b = bf16[i].to_doubles();
+      double diff = 0.0, norm = 0.0;
+      for (size_t j = 0; j < a.size(); ++j) diff += (a[j] - b[j]) * (a[j] - b[j]), norm += a[j] * a[j];
+      MESSAGE(what << parts[i] << ": |bf16 - f32| / |f32| = " << std::sqrt(diff / norm));
+      check_close(f32[i], bf16[i], 2e-2, what + parts[i] + ": bf16 products against f32");
       CHECK_MESSAGE(a != b, what << parts[i] << ": the bf16 products gave the f32 kernels' bits (not taken?)");
+    }
+  }
+}
+
+TEST_CASE("[gpu] scaled_dot_product_attention under autocast: the bf16 kernels, within bf16's reach of f32") {
+  for (bool causal : {true, false}) {
+    const Tensor q = random({2, 3, 150, 64}, DType::f32, -1, 1), k = random({2, 3, 150, 64}, DType::f32, -1, 1);
+    const Tensor v = random({2, 3, 150, 64}, DType::f32, -1, 1), r = random({2, 3, 150, 64}, DType::f32, -1, 1);
+    auto run = [&](bool bf16) {
+      Graph g;
+      Var vq = g.parameter(q.to(kGpu)), vk = g.parameter(k.to(kGpu)), vv = g.parameter(v.to(kGpu));
+      Var y;
+      {
+        ops::Autocast scope(bf16 ? DType::bf16 : DType::f32);
+        y = ops::scaled_dot_product_attention(vq, vk, vv, causal);
+      }
+      g.backward(ops::sum(ops::mul(y, g.input(r.to(kGpu)))));
+      return std::vector<Tensor>{y.value().to(kCpu), vq.grad().to(kCpu), vk.grad().to(kCpu), vv.grad().to(kCpu)};
+    };
+    const std::vector<Tensor> f32 = run(false), bf16 = run(true);
+    const char* parts[] = {" out", " dq", " dk", " dv"};
+    for (size_t i = 0; i < 4; ++i) {
+      check_close(f32[i], bf16[i], 2e-2, std::string(causal ? "causal" : "full") + parts[i]);
+      CHECK_MESSAGE(f32[i].to_doubles() != bf16[i].to_doubles(), parts[i], ": the f32 kernels' bits (bf16 not taken?)");
     }
   }
 }

@@ -9,6 +9,7 @@
 
 #include "messages.hpp"
 #include "tapegrad/graph/graph.hpp"
+#include "tapegrad/ops/autocast.hpp"
 #include "tapegrad/ops/fused/linear_cross_entropy.hpp"
 #include "tapegrad/ops/ops.hpp"
 
@@ -69,6 +70,48 @@ TEST_CASE("linear_cross_entropy equals cross_entropy(linear(x, W), t) at every b
       }
     }
   }
+}
+
+// Under autocast both sides multiply bf16 copies (Note [autocast]): the same rounded operands, so
+// values within f32's rounding, and gradients within one bf16 rounding of dz, which each side
+// rounds at another point of its sums (the fused op its f32 softmax - onehot, the unfused the
+// f32 dlogits its linear reads).
+TEST_CASE("linear_cross_entropy under autocast: bf16 products, as linear then cross_entropy") {
+  for (ops::Reduction r : {ops::Reduction::mean, ops::Reduction::none}) {
+    CAPTURE(static_cast<int>(r));
+    Graph g;
+    Var x = g.parameter(random_tensor({3, 37, 16}, DType::f32, 1));
+    Var w = g.parameter(random_tensor({29, 16}, DType::f32, 2, 0.5));
+    Var t = g.input(targets_tensor({3, 37}, 29, 3));
+    Var fused, plain, f32;
+    {
+      ops::Autocast scope(DType::bf16);
+      fused = ops::linear_cross_entropy(x, w, t, r, 4, 16);
+      plain = ops::cross_entropy(ops::linear(x, w), t, r, 4);
+    }
+    f32 = ops::linear_cross_entropy(x, w, t, r, 4, 16);
+    CHECK(max_relative(fused.value(), plain.value()) <= 1e-6);
+    CHECK(max_relative(fused.value(), f32.value()) >= 1e-6);  // the products were bf16
+    g.backward(r == ops::Reduction::none ? ops::sum(fused * 0.5) : fused, {.retain_graph = true});
+    const Tensor gx = x.grad().clone(), gw = w.grad().clone();
+    g.zero_grad();
+    g.backward(r == ops::Reduction::none ? ops::sum(plain * 0.5) : plain);
+    CHECK(max_relative(gx, x.grad()) <= 1e-2);
+    CHECK(max_relative(gw, w.grad()) <= 1e-2);
+  }
+}
+
+// In NoGrad no gradient is made in the forward, and the loss is the same.
+TEST_CASE("linear_cross_entropy in NoGrad: the same loss, nothing recorded") {
+  Graph g;
+  Var x = g.parameter(random_tensor({5, 8}, DType::f32, 4));
+  Var w = g.parameter(random_tensor({11, 8}, DType::f32, 5));
+  Var t = g.input(targets_tensor({5}, 11, 6));
+  const double with = ops::linear_cross_entropy(x, w, t).value().item();
+  NoGrad off(g);
+  Var loss = ops::linear_cross_entropy(x, w, t);
+  CHECK(loss.value().item() == with);
+  CHECK_FALSE(loss.requires_grad());
 }
 
 TEST_CASE("linear_cross_entropy refuses bad inputs by name and shapes") {

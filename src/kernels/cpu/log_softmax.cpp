@@ -6,9 +6,11 @@
 // underflows; a loss -lp[t] is then exact to the dtype's precision however far the target logit
 // is below the others (logits (0, -745) with target 1 give 745, where -log(softmax) gives inf).
 // A row holding NaN or +inf, or all -inf, gives NaN everywhere, as PyTorch's log_softmax does.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
+#include "tapegrad/kernels/bf16.hpp"
 #include "tapegrad/kernels/cpu/cpu_kernels.hpp"
 #include "tapegrad/kernels/cpu/dispatch.hpp"
 
@@ -81,6 +83,59 @@ void nll_rows(const Tensor& lp, const Tensor& targets, int64_t ignore_index, Ten
         L[i] = -P[i * v + ti];
         ++valid;
       }
+      *static_cast<T*>(count.raw_data()) = static_cast<T>(valid);
+    });
+  });
+}
+
+// losses (N,) = -lp[i, t_i], dz (N, V) = exp(lp) - onehot(t_i) where defined, lp computed as
+// log_softmax_row computes it (so the losses are nll_rows' bits, and dz nll_log_softmax_backward's
+// with g = 1); 0 and zero rows where ignored; count () = the rows not ignored
+void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_index, Tensor& losses, Tensor& count,
+                        Tensor& dz) {
+  const int64_t n = z.dim(0), v = z.dim(1);
+  dispatch_float("cross_entropy", z.dtype(), [&]<class T>() {
+    dispatch_index("cross_entropy", targets.dtype(), [&]<class I>() {
+      const T* Z = static_cast<const T*>(z.raw_data());
+      const I* t = static_cast<const I*>(targets.raw_data());
+      T* L = static_cast<T*>(losses.raw_data());
+      int64_t valid = 0;
+      for (int64_t i = 0; i < n; ++i) {  // the targets first: a bad one is refused before any work
+        if (ignored(t[i], ignore_index)) continue;
+        const int64_t ti = static_cast<int64_t>(t[i]);
+        if (ti < 0 || ti >= v)
+          throw Error("[cross_entropy] target " + std::to_string(ti) + " at position " + std::to_string(i) +
+                      " is out of range for " + std::to_string(v) + " classes (logits " + z.shape().str() + ")");
+        ++valid;
+      }
+      auto rows = [&]<class G>(G* D) {  // D: dz's rows, or nullptr
+        parallel_for(n, costly_rows_chunk(n, v * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            const T* x = Z + i * v;
+            G* d = D ? D + i * v : nullptr;
+            if (ignored(t[i], ignore_index)) {
+              L[i] = T(0);
+              if (d) std::fill(d, d + v, kernels::convert<G>(T(0)));
+              continue;
+            }
+            T top = x[0];
+            for (int64_t j = 1; j < v; ++j) top = x[j] > top || x[j] != x[j] ? x[j] : top;
+            double s = 0.0;
+            for (int64_t j = 0; j < v; ++j) s += static_cast<double>(std::exp(x[j] - top));
+            const T log_s = static_cast<T>(std::log(s));
+            const int64_t ti = static_cast<int64_t>(t[i]);
+            L[i] = -((x[ti] - top) - log_s);
+            if (!d) continue;
+            for (int64_t j = 0; j < v; ++j) {
+              const T p = std::exp((x[j] - top) - log_s);
+              d[j] = kernels::convert<G>(j == ti ? p - T(1) : p);
+            }
+          }
+        });
+      };
+      if (!dz.defined()) rows(static_cast<T*>(nullptr));
+      else if (dz.dtype() == DType::bf16) rows(static_cast<kernels::bf16*>(dz.raw_data()));
+      else rows(static_cast<T*>(dz.raw_data()));
       *static_cast<T*>(count.raw_data()) = static_cast<T>(valid);
     });
   });

@@ -26,13 +26,17 @@ void same_extent(const char* a_name, const Tensor& a, const char* b_name, const 
 
 // dy (B, H, Tq, dv) -> dq, dk, dv from the saved lse (B, H, Tq) and the output, P recomputed:
 // dv = P^T dy, dS = P * (dy v^T - rowsum(dy * y)), dq = scale dS k, dk = scale dS^T q
-template <bool Causal>
+template <bool Causal, kernels::AttentionProducts Products>
 void attention_backward_rule(BackwardContext& ctx) {
   const Tensor& lse = ctx.saved(0);
+  const Tensor& q = ctx.input(0);
+  const Tensor& v = ctx.input(2);
   Tensor delta = Tensor::empty(lse.shape(), DType::f64, lse.device());  // rowsum(dy * y), scratch
-  Tensor grads[3] = {like(ctx.input(0)), like(ctx.input(1)), like(ctx.input(2))};
-  kernels::attention_backward(ctx.input(0), ctx.input(1), ctx.input(2), ctx.output(), ctx.grad_output(), lse, Causal,
-                              ctx.scalar(), delta, grads[0], grads[1], grads[2]);
+  Tensor grads[3] = {like(q), like(ctx.input(1)), like(v)};
+  const kernels::AttentionLayout at =
+      kernels::AttentionLayout::contiguous(q.dim(0), q.dim(1), q.dim(2), v.dim(2), q.dim(3), v.dim(3));
+  kernels::attention_backward(q, ctx.input(1), v, ctx.output(), ctx.grad_output(), lse, at, Causal, ctx.scalar(), delta,
+                              grads[0], grads[1], grads[2], Products);
   for (int i = 0; i < 3; ++i)
     if (ctx.needs_grad(i)) ctx.accumulate(i, grads[i]);
 }
@@ -74,9 +78,16 @@ Var scaled_dot_product_attention(Var q, Var k, Var v, bool causal, double scale)
                 ") of q " + tq.shape().str() + " and v " + tv.shape().str() + " has more bytes than fit in 64 bits");
   Tensor out = Tensor::empty(Shape{tq.dim(0), tq.dim(1), tq.dim(2), tv.dim(3)}, tq.dtype(), tq.device());
   Tensor lse = Tensor::empty(Shape{tq.dim(0), tq.dim(1), tq.dim(2)}, tq.dtype(), tq.device());
-  kernels::attention_forward(tq, tk, tv, causal, scale, out, lse);
-  return g.record(kOp, std::move(out), {q, k, v},
-                  causal ? attention_backward_rule<true> : attention_backward_rule<false>, {std::move(lse)}, scale);
+  // inside an Autocast scope, f32 products in bf16 (on CUDA's flash kernels; Note [autocast]); the
+  // backward rule carries the choice
+  using P = kernels::AttentionProducts;
+  const bool bf16 = compute_dtype(tq.dtype()) == DType::bf16;
+  const kernels::AttentionLayout at =
+      kernels::AttentionLayout::contiguous(tq.dim(0), tq.dim(1), tq.dim(2), tk.dim(2), tq.dim(3), tv.dim(3));
+  kernels::attention_forward(tq, tk, tv, at, causal, scale, out, lse, bf16 ? P::bf16 : P::f32);
+  const BackwardFn rule = bf16 ? (causal ? attention_backward_rule<true, P::bf16> : attention_backward_rule<false, P::bf16>)
+                               : (causal ? attention_backward_rule<true, P::f32> : attention_backward_rule<false, P::f32>);
+  return g.record(kOp, std::move(out), {q, k, v}, rule, {std::move(lse)}, scale);
 }
 
 namespace {

@@ -3,18 +3,26 @@
 // Note [blocks of rows]
 // Rows are taken chunk_rows at a time, in order. A block's x rows and targets are copied out of
 // the (N, C) and (N,) inputs (tensors have no views; the copy is C values a row against the V C
-// multiply-adds the row's logits cost) and its losses and dx rows copied back. The forward keeps
-// only the losses (N,) and the count of rows not ignored; the backward makes each block's logits
-// again (z = x_c W^T), their log-softmax, and in the same buffer dz = (exp(lp) - onehot(t)) *
-// dloss / divisor, then dx_c = dz W and dW += dz^T x_c (the first block's product written, the
-// others added through a block-sized temporary). At most two (chunk_rows, V) buffers are alive at
-// a time.
+// multiply-adds the row's logits cost) and its losses copied back. Each block's logits
+// z = x_c W^T go through cross_entropy_rows, one pass that gives the rows' losses and, when a
+// gradient is wanted, dz = softmax(z) - onehot(t) in the products' dtype.
+// - mean and sum (a scalar loss): the gradients are made in the forward, as Liger-Kernel's fused
+//   linear cross-entropy makes them: dx_c = dz W and dW += dz^T x_c per block (the first block's
+//   product written, the others added through a block-sized temporary), divided by the count for
+//   the mean once all blocks are done. The backward only scales them by dloss: no block is made
+//   twice, and at most one (chunk_rows, V) z and its dz are alive at a time. In NoGrad, or when
+//   neither x nor W wants a gradient, no dz is made.
+// - none (a loss per row): dloss weighs each row, so the backward makes each block's logits again
+//   and runs the unfused cross-entropy's backward over them (one more product of x and W).
+// Inside an Autocast scope, x's blocks, W and dz are bf16 copies and every product sums in f32
+// (Note [autocast]); the softmax and the losses stay f32.
 #include "tapegrad/ops/fused/linear_cross_entropy.hpp"
 
 #include <algorithm>
 #include <string>
 
 #include "tapegrad/kernels/strided.hpp"
+#include "tapegrad/ops/autocast.hpp"
 #include "tapegrad/ops/common.hpp"
 
 namespace tapegrad::ops {
@@ -50,46 +58,67 @@ Tensor block_like(const Tensor& whole, int64_t rows) {
   return Tensor::empty(s, whole.dtype(), whole.device());
 }
 
-void backward(BackwardContext& ctx) {
+// A block's share of the gradients from its dz (m, V): rows [r0, r0 + m) of dx = dz W, and
+// dW += dz^T x_c (written by the first block, added through dw_block by the others). An undefined
+// dx or dw is not wanted.
+void add_block_gradients(const Tensor& dz, const Tensor& xc, const Tensor& Wc, int64_t r0, Tensor& dx, Tensor& dw,
+                         Tensor& dw_block) {
+  if (dx.defined()) {
+    Tensor dxc = block_like(dx, dz.dim(0));
+    kernels::matmul(dz, false, Wc, false, dxc);  // (m, C) = dz W
+    put_rows(dxc, dx, r0);
+  }
+  if (!dw.defined()) return;
+  if (r0 == 0) {
+    kernels::matmul(dz, true, xc, false, dw);  // (V, C) = dz^T x_c
+    return;
+  }
+  if (!dw_block.defined()) dw_block = like(dw);
+  kernels::matmul(dz, true, xc, false, dw_block);
+  kernels::binary(kernels::Binary::add, dw, dw_block, dw);
+}
+
+// reduction none: saved = {W's copy in the products' dtype (Note [autocast]; undefined when W is
+// their operand itself), the block size as a () i64 on the host}; scalar = ignore_index.
+void backward_recomputed(BackwardContext& ctx) {
   const Tensor& W = ctx.input(1);                   // (V, C)
   const int64_t v = W.dim(0), c = W.dim(1), n = ctx.input(2).numel();
   const Tensor x = ctx.input(0).reshape(Shape{n, c});
   const Tensor t = ctx.input(2).reshape(Shape{n});
-  const Tensor& dloss = ctx.grad_output();          // () for mean and sum, the targets' shape for none
-  const bool per_row = dloss.ndim() > 0;
-  const Tensor d1 = per_row ? dloss.reshape(Shape{n}) : dloss;
+  const Tensor d1 = ctx.grad_output().reshape(Shape{n});  // the targets' shape
   const int64_t chunk = ctx.saved(1).data<int64_t>()[0];
   const int64_t ignore_index = static_cast<int64_t>(ctx.scalar());
   const bool want_x = ctx.needs_grad(0), want_w = ctx.needs_grad(1);
+  const Tensor& Wc = ctx.saved(0).defined() ? ctx.saved(0) : W;  // the forward's products' dtype
+  const DType compute = Wc.dtype();
   Tensor dx = want_x ? Tensor::empty(Shape{n, c}, x.dtype(), x.device()) : Tensor();
   Tensor dw = want_w ? Tensor::empty(Shape{v, c}, x.dtype(), x.device()) : Tensor();
   Tensor dw_block;
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t r1 = std::min(n, r0 + chunk), m = r1 - r0;
-    const Tensor xc = rows_of(x, r0, r1), tc = rows_of(t, r0, r1);
+    const Tensor xc = operand(rows_of(x, r0, r1), compute), tc = rows_of(t, r0, r1);
     Tensor z = Tensor::empty(Shape{m, v}, x.dtype(), x.device());
-    kernels::matmul(xc, false, W, true, z);                 // (m, V) = x_c W^T
-    Tensor dz = Tensor::empty(Shape{m, v}, x.dtype(), x.device());
-    kernels::log_softmax_rows(z, dz);                       // lp
-    kernels::nll_log_softmax_backward(dz, tc, ignore_index, per_row ? rows_of(d1, r0, r1) : d1, ctx.saved(0), dz);
+    kernels::matmul(xc, false, Wc, true, z);                // (m, V) = x_c W^T
+    kernels::log_softmax_rows(z, z);                        // lp, in place
+    kernels::nll_log_softmax_backward(z, tc, ignore_index, rows_of(d1, r0, r1), Tensor(), z);
+    const Tensor dz = operand(z, compute);
     z = Tensor();
-    if (want_x) {
-      Tensor dxc = block_like(dx, m);
-      kernels::matmul(dz, false, W, false, dxc);            // (m, C) = dz W
-      put_rows(dxc, dx, r0);
-    }
-    if (want_w) {
-      if (r0 == 0) {
-        kernels::matmul(dz, true, xc, false, dw);           // (V, C) = dz^T x_c
-      } else {
-        if (!dw_block.defined()) dw_block = like(dw);
-        kernels::matmul(dz, true, xc, false, dw_block);
-        kernels::binary(kernels::Binary::add, dw, dw_block, dw);
-      }
-    }
+    add_block_gradients(dz, xc, Wc, r0, dx, dw, dw_block);
   }
   if (want_x) ctx.accumulate(0, dx.reshape(ctx.input(0).shape()));
   if (want_w) ctx.accumulate(1, dw);
+}
+
+// mean and sum: saved = {dx (N, C), dW (V, C)} made in the forward (undefined where not wanted);
+// dx = dloss * saved dx, dW = dloss * saved dW.
+void backward_saved(BackwardContext& ctx) {
+  const Tensor& dloss = ctx.grad_output();  // ()
+  for (int k = 0; k < 2; ++k) {
+    if (!ctx.needs_grad(k) || !ctx.saved(k).defined()) continue;
+    Tensor d = like(ctx.saved(k));
+    kernels::binary(kernels::Binary::mul, ctx.saved(k), dloss, d);
+    ctx.accumulate(k, d.reshape(ctx.input(k).shape()));
+  }
 }
 
 }  // namespace
@@ -116,34 +145,49 @@ Var linear_cross_entropy(Var x, Var w, Var targets, Reduction reduction, int64_t
   if (n == 0) throw Error("[linear_cross_entropy] empty batch: x " + xv.shape().str());
   if (v == 0) throw Error("[linear_cross_entropy] no classes: the weight " + W.shape().str());
   const Tensor x2 = xv.reshape(Shape{n, c}), t1 = t.reshape(Shape{n});
+  const DType compute = compute_dtype(xv.dtype());  // Note [autocast]
+  const Tensor Wc = operand(W, compute);
+  // gradients in the forward (Note [blocks of rows]) for a scalar loss that one will reach
+  const bool scalar = reduction != Reduction::none, grads = scalar && g.grad_enabled();
+  const bool want_x = grads && x.requires_grad(), want_w = grads && w.requires_grad();
+  Tensor dx = want_x ? Tensor::empty(Shape{n, c}, xv.dtype(), xv.device()) : Tensor();
+  Tensor dw = want_w ? Tensor::empty(Shape{v, c}, xv.dtype(), xv.device()) : Tensor(), dw_block;
   Tensor losses = Tensor::empty(Shape{n}, xv.dtype(), xv.device());
   Tensor count = Tensor::empty(Shape{}, xv.dtype(), xv.device()), block_count;
   for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {  // Note [blocks of rows]
     const int64_t r1 = std::min(n, r0 + chunk_rows), m = r1 - r0;
+    const Tensor xc = operand(rows_of(x2, r0, r1), compute);
     Tensor z = Tensor::empty(Shape{m, v}, xv.dtype(), xv.device());
-    kernels::matmul(rows_of(x2, r0, r1), false, W, true, z);
-    Tensor lp = like(z);
-    kernels::log_softmax_rows(z, lp);
+    kernels::matmul(xc, false, Wc, true, z);              // (m, V) = x_c W^T
+    Tensor dz = want_x || want_w ? Tensor::empty(Shape{m, v}, compute, xv.device()) : Tensor();
     Tensor lc = block_like(losses, m);
     if (r0 == 0) {
-      kernels::nll_rows(lp, rows_of(t1, r0, r1), ignore_index, lc, count);
+      kernels::cross_entropy_rows(z, rows_of(t1, r0, r1), ignore_index, lc, count, dz);
     } else {
       if (!block_count.defined()) block_count = like(count);
-      kernels::nll_rows(lp, rows_of(t1, r0, r1), ignore_index, lc, block_count);
+      kernels::cross_entropy_rows(z, rows_of(t1, r0, r1), ignore_index, lc, block_count, dz);
       kernels::binary(kernels::Binary::add, count, block_count, count);
     }
     put_rows(lc, losses, r0);
+    z = Tensor();
+    add_block_gradients(dz, xc, Wc, r0, dx, dw, dw_block);
   }
   Tensor out = losses.reshape(t.shape());
-  if (reduction != Reduction::none) {
+  if (scalar) {
     out = Tensor::empty(Shape{}, xv.dtype(), xv.device());
     kernels::sum_all(losses, out);
-    if (reduction == Reduction::mean) kernels::binary(kernels::Binary::div, out, count, out);
+    if (reduction == Reduction::mean) {
+      kernels::binary(kernels::Binary::div, out, count, out);
+      if (want_x) kernels::binary(kernels::Binary::div, dx, count, dx);
+      if (want_w) kernels::binary(kernels::Binary::div, dw, count, dw);
+    }
+    return g.record(kOp, std::move(out), {x, w, targets}, backward_saved, {std::move(dx), std::move(dw)});
   }
-  // saved: the mean's divisor (undefined for sum and none) and the block size, a () i64 on the host
+  // saved: the block size, a () i64 on the host
   Tensor chunk = Tensor::from_vector(std::vector<int64_t>{chunk_rows}, Shape{});
-  return g.record(kOp, std::move(out), {x, w, targets}, backward,
-                  {reduction == Reduction::mean ? count : Tensor(), std::move(chunk)}, static_cast<double>(ignore_index));
+  return g.record(kOp, std::move(out), {x, w, targets}, backward_recomputed,
+                  {compute != W.dtype() ? Wc : Tensor(), std::move(chunk)},
+                  static_cast<double>(ignore_index));
 }
 
 }  // namespace tapegrad::ops

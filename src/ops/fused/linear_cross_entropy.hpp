@@ -9,11 +9,13 @@
 //   dx_c = dz W, dW += dz^T x_c
 //
 // Values within rounding of the two ops it replaces (the forward's rows are the same; dW is a sum
-// over blocks, so its order differs). Memory: one block's (chunk_rows, V) logits in the forward
-// and again in the backward, which recomputes them (one more product of x and W: the price of not
-// keeping (N, V)). Each block runs the unfused ops' kernels (kernels::matmul, log_softmax_rows,
-// nll_rows, nll_log_softmax_backward), so it runs wherever they do; the blocks are a fixed
-// function of the shape, so the bits do not depend on the thread count.
+// over blocks, so its order differs). For mean and sum the gradients are made in the forward,
+// Liger-Kernel's way, and the backward only scales them by dloss; for none the backward makes
+// each block's logits again (Note [blocks of rows] in the .cpp). Memory: one block's (chunk_rows,
+// V) logits and their gradient at a time, and for mean and sum dx (N, C) and dW (V, C) kept from
+// the forward to the backward. In an Autocast scope the products are bf16 (Note [autocast]). Each
+// block runs the kernel facades (kernels::matmul, cross_entropy_rows), so it runs wherever they
+// do; the blocks are a fixed function of the shape, so the bits do not depend on the thread count.
 #pragma once
 
 #include "tapegrad/ops/ops.hpp"

@@ -1,0 +1,635 @@
+// The attention's bf16 kernels (autocast): flash attention on the tensor cores through mma.sync,
+// forward and backward. attention.cu's launchers call them (Note [bf16 flash attention]).
+//
+// Note [bf16 flash attention]
+// Under ops::Autocast the attention's products run on the tensor cores, FlashAttention-2's way:
+// - The operands are first rounded to bf16 into packed scratch copies, (heads, Tp, D) with Tp the
+//   length rounded up to 64 and D = 64 or 128 the head size rounded up, zeros in the padding
+//   (pack_kernel; for the backward also dO, with delta = rowsum(dO * O) in f32 from the f32
+//   operands, pack_dout_kernel). So every tile load is a whole 16-byte cp.async, double
+//   buffered, into shared rows padded by 16 bytes (conflict-free ldmatrix).
+// - A block is 4 warps and owns 64 rows (queries, or keys for dK and dV), a warp 16 of them: its
+//   products are m16n8k16 mma.sync with bf16 operands summing in f32. The scores S (16 x 64 a
+//   warp) stay in the accumulators' registers; the softmax works there (a row's values are in the
+//   4 lanes of a quad: 2 shuffles); P, rounded to bf16, goes from the accumulator layout straight
+//   into the next product's A operand (the two layouts agree, see p_fragment). No score, P or dS
+//   tile passes through shared memory.
+// - forward (a block per 64 queries): for each key tile S = Q K^T, masked (keys past Tk, keys after
+//   the query when causal), the online softmax in base 2 (running max m, sum l, the output rows
+//   rescaled by 2^(m_old - m_new)), O += P V. Then O / l, lse = m scale + ln l.
+// - backward: delta first (with the dO copy). dK and dV a block per 64 keys, the query tiles
+//   streaming: S^T = K Q^T, P^T = 2^(S^T scale log2 e - lse log2 e), dV += P^T dO,
+//   dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q. dQ a block per 64 queries, the key
+//   tiles streaming: S, P, dP = dO V^T, dS as above, dQ += dS K. dK and dQ are scaled at the end.
+//   Recomputing S and dP in the dQ kernel (7 tile products to FlashAttention-2's 5) keeps every
+//   sum in one block in a fixed order: no atomics, the same bits on every run.
+// - causal: a query tile stops at its diagonal key tile, a key tile starts at its diagonal query
+//   tile; the longest tiles are launched first.
+// - D = 128 streams tiles of 32 rows instead of 64 (kStream), to keep two (16, 128) f32
+//   accumulators and the scores within the registers.
+// Against the f32 kernels the results differ by bf16's rounding of the operands, of P and of dS
+// (about 2^-9 relative each), which test_cuda bounds.
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cmath>
+
+#include "tapegrad/cuda/common.cuh"
+#include "tapegrad/cuda/attention.cuh"
+#include "tapegrad/cuda/cuda_kernels.hpp"
+
+namespace tapegrad::cuda {
+
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+using bf16 = __nv_bfloat16;
+
+constexpr int kRows = 64;     // rows a block owns; 16 a warp
+constexpr int kThreads = 128;  // 4 warps
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int D>
+struct Tiles {
+  static constexpr int stream = D == 64 ? 64 : 32;  // rows of a streamed tile (kStream)
+  static constexpr int ld = D + 8;                  // halves a shared row: 16 bytes of padding
+  static constexpr int own = kRows * ld;            // halves of the block's own (64, D) tile
+  static constexpr int tile = stream * ld;          // halves of a streamed tile
+};
+
+__host__ __device__ inline int64_t padded(int64_t t) { return (t + kRows - 1) / kRows * kRows; }
+
+// ---- the tensor cores' instructions (PTX ISA: mma.sync m16n8k16, ldmatrix, cp.async)
+//
+// Fragments of an m16n8k16 product, lane = 4 g + t: A (16 x 16, 4 registers of two bf16): rows g
+// and g + 8, columns 2t, 2t + 1 and those + 8; B (16 x 8, 2 registers): rows 2t, 2t + 1 and those
+// + 8, column g; C (16 x 8, 4 floats): rows g (c0, c1) and g + 8 (c2, c3), columns 2t, 2t + 1.
+
+__device__ inline void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ inline uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+__device__ inline void ldmatrix(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p)));
+}
+__device__ inline void ldmatrix_trans(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p)));
+}
+
+__device__ inline void copy16(bf16* dst, const bf16* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src));
+}
+__device__ inline void commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ inline void wait_groups() {  // all but the N most recent groups have landed
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ inline int lane() { return static_cast<int>(threadIdx.x) % 32; }
+__device__ inline int warp() { return static_cast<int>(threadIdx.x) / 32; }
+
+// rows [0, n) of a packed operand (rows of D halves) into shared rows `ld` apart, 16 bytes a copy.
+template <int D>
+__device__ void load_tile(bf16* dst, const bf16* src, int n) {
+  constexpr int chunks = D / 8;
+  for (int e = threadIdx.x; e < n * chunks; e += kThreads) {
+    const int r = e / chunks, c = e % chunks;
+    copy16(dst + r * Tiles<D>::ld + 8 * c, src + int64_t{r} * D + 8 * c);
+  }
+}
+
+// A fragment: rows [r0, r0 + 16), columns [c0, c0 + 16) of a row-major shared tile.
+template <int D>
+__device__ inline void a_fragment(uint32_t (&a)[4], const bf16* x, int r0, int c0) {
+  ldmatrix(a, x + (r0 + lane() % 16) * Tiles<D>::ld + c0 + (lane() / 16) * 8);
+}
+// B fragments of two n-tiles [n0, n0 + 8), [n0 + 8, n0 + 16) for k in [k0, k0 + 16) where
+// B[k][n] = y[n][k] (y's rows are B's columns: K for Q K^T): b[0], b[1] the first tile's, b[2],
+// b[3] the second's.
+template <int D>
+__device__ inline void b_fragments(uint32_t (&b)[4], const bf16* y, int n0, int k0) {
+  ldmatrix(b, y + (n0 + lane() % 8 + (lane() / 16) * 8) * Tiles<D>::ld + k0 + ((lane() / 8) % 2) * 8);
+}
+// The same where B[k][n] = z[k][n] (z's rows are B's rows: V for P V).
+template <int D>
+__device__ inline void b_fragments_trans(uint32_t (&b)[4], const bf16* z, int n0, int k0) {
+  ldmatrix_trans(b, z + (k0 + lane() % 8 + ((lane() / 8) % 2) * 8) * Tiles<D>::ld + n0 + (lane() / 16) * 8);
+}
+
+__device__ inline uint32_t pack(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+// The A fragment of columns [16 kc, 16 kc + 16) of a (16, N) accumulator c (N / 8 tiles of C
+// fragments), rounded to bf16: A's rows g and g + 8 and columns 2t.. are C's own.
+template <int N>
+__device__ inline void p_fragment(uint32_t (&a)[4], const float (&c)[N / 8][4], int kc) {
+  a[0] = pack(c[2 * kc][0], c[2 * kc][1]);
+  a[1] = pack(c[2 * kc][2], c[2 * kc][3]);
+  a[2] = pack(c[2 * kc + 1][0], c[2 * kc + 1][1]);
+  a[3] = pack(c[2 * kc + 1][2], c[2 * kc + 1][3]);
+}
+
+// acc (16, N) += X (the warp's 16 rows r0.. of a shared tile, D columns) @ Y^T, Y N rows of a
+// shared tile: scores.
+template <int D, int N>
+__device__ inline void product_xyt(float (&acc)[N / 8][4], const bf16* x, int r0, const bf16* y) {
+#pragma unroll
+  for (int k0 = 0; k0 < D; k0 += 16) {
+    uint32_t a[4];
+    a_fragment<D>(a, x, r0, k0);
+#pragma unroll
+    for (int n = 0; n < N / 8; n += 2) {
+      uint32_t b[4];
+      b_fragments<D>(b, y, 8 * n, k0);
+      mma(acc[n], a, b[0], b[1]);
+      mma(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc (16, D) += P (16, N, the accumulator p rounded to bf16) @ Z, Z N rows of a shared tile.
+template <int D, int N>
+__device__ inline void product_pz(float (&acc)[D / 8][4], const float (&p)[N / 8][4], const bf16* z) {
+#pragma unroll
+  for (int kc = 0; kc < N / 16; ++kc) {
+    uint32_t a[4];
+    p_fragment<N>(a, p, kc);
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+      uint32_t b[4];
+      b_fragments_trans<D>(b, z, 8 * n, 16 * kc);
+      mma(acc[n], a, b[0], b[1]);
+      mma(acc[n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+template <int N>
+__device__ inline void zero(float (&c)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0.f;
+}
+
+__device__ inline float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ inline float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// The (16, D) accumulator of rows r0.. (the warp's, of a tile starting at row t0) times `factor`
+// into rows t < T, columns < w of head hi of an operand (rows of `at`).
+template <int D>
+__device__ void store_rows(const float (&acc)[D / 8][4], float factor, float* x, const kernels::HeadRows& at,
+                           int64_t H, int64_t hi, int64_t t0, int64_t T, int w) {
+  const int g = lane() / 4, t = lane() % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t row = t0 + 16 * warp() + g + 8 * half;
+    if (row >= T) continue;
+    float* dst = x + row_at(at, H, hi, row);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      const int c = 8 * n + 2 * t;
+      if (c < w) dst[c] = acc[n][2 * half] * factor;
+      if (c + 1 < w) dst[c + 1] = acc[n][2 * half + 1] * factor;
+    }
+  }
+}
+
+// The key and value tiles a block of queries streams through (forward, dQ): all of them, or up to
+// the one holding the block's last query when causal; double-buffered in shared memory, tile j
+// in buffer j % 2, tile j + 1 copied in while tile j is used.
+template <int D>
+struct KeyStream {
+  static constexpr int N = Tiles<D>::stream;
+  bf16 *Ks, *Vs;         // two buffers each
+  const bf16 *kh, *vh;   // the head's packed keys and values
+  int tiles;
+  __device__ KeyStream(bf16* shared, const bf16* k, const bf16* v, const kernels::AttentionLayout& at, int64_t hi,
+                       int64_t q0, bool causal)
+      : Ks(shared), Vs(shared + 2 * Tiles<D>::tile), kh(k + hi * padded(at.Tk) * D), vh(v + hi * padded(at.Tk) * D) {
+    const int64_t end = causal ? std::min(q0 + kRows, at.Tk) : at.Tk;
+    tiles = static_cast<int>((end + N - 1) / N);
+  }
+  __device__ void load(int j) {
+    load_tile<D>(Ks + (j % 2) * Tiles<D>::tile, kh + int64_t{j} * N * D, N);
+    load_tile<D>(Vs + (j % 2) * Tiles<D>::tile, vh + int64_t{j} * N * D, N);
+  }
+  // The first tile's copies join the caller's group (it commits them with its own).
+  __device__ void start() {
+    if (tiles > 0) load(0);
+  }
+  // Tile j has landed for every thread of the block; tile j + 1 is on its way.
+  __device__ void wait(int j) {
+    if (j + 1 < tiles) {
+      load(j + 1);
+      commit();
+      wait_groups<1>();
+    } else {
+      wait_groups<0>();
+    }
+    __syncthreads();
+  }
+  __device__ const bf16* K(int j) const { return Ks + (j % 2) * Tiles<D>::tile; }
+  __device__ const bf16* V(int j) const { return Vs + (j % 2) * Tiles<D>::tile; }
+};
+
+// ----------------------------------------------------------------------------
+// the packed copies
+
+// dst (heads, Tp, D) bf16 = rows t < T, columns < w of head hi of x (rows of `at`), rounded to
+// nearest; zeros elsewhere. A thread makes 8 halves (16 bytes).
+__global__ void pack_kernel(const float* x, const kernels::HeadRows at, int64_t H, int64_t heads, int64_t T,
+                            int64_t Tp, int w, int D, bf16* dst) {
+  const int64_t chunks = heads * Tp * (D / 8);
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < chunks; e += int64_t{gridDim.x} * blockDim.x) {
+    const int c = static_cast<int>(e % (D / 8)) * 8;
+    const int64_t t = e / (D / 8) % Tp, hi = e / (D / 8) / Tp;
+    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (t < T && c < w) {
+      const float* src = x + row_at(at, H, hi, t) + c;
+      if (c + 8 <= w && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+        const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+      } else {
+        for (int i = 0; i < 8 && c + i < w; ++i) v[i] = src[i];
+      }
+    }
+    uint4 out;
+    out.x = pack(v[0], v[1]), out.y = pack(v[2], v[3]), out.z = pack(v[4], v[5]), out.w = pack(v[6], v[7]);
+    reinterpret_cast<uint4*>(dst)[e] = out;
+  }
+}
+
+// dst (heads, Tp, D) bf16 = dout as pack_kernel would copy it, and delta (heads, Tp) = rowsum(dout
+// * out) in f32 (0 on padding rows): a warp a row, dout and out through at.out.
+__global__ void pack_dout_kernel(const float* out, const float* dout, const kernels::AttentionLayout at, int64_t Tp,
+                                 int D, bf16* dst, float* delta) {
+  const int64_t rows = at.B * at.H * Tp;
+  const int64_t first = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32;
+  const int64_t step = int64_t{gridDim.x} * blockDim.x / 32;
+  const int w = static_cast<int>(at.dv);
+  for (int64_t row = first; row < rows; row += step) {
+    const int64_t hi = row / Tp, t = row % Tp;
+    const bool real = t < at.Tq;
+    const int64_t at_row = real ? row_at(at.out, at.H, hi, t) : 0;
+    float s = 0.f;
+    for (int c = 2 * lane(); c < D; c += 64) {  // two columns a lane
+      float g0 = 0.f, g1 = 0.f;
+      if (real && c < w) {
+        g0 = dout[at_row + c];
+        s = fmaf(g0, out[at_row + c], s);
+      }
+      if (real && c + 1 < w) {
+        g1 = dout[at_row + c + 1];
+        s = fmaf(g1, out[at_row + c + 1], s);
+      }
+      reinterpret_cast<uint32_t*>(dst + row * D)[c / 2] = pack(g0, g1);
+    }
+    for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
+    if (lane() == 0) delta[row] = s;
+  }
+}
+
+// ----------------------------------------------------------------------------
+// forward
+
+// out (rows of at.out, dv columns) and lse (heads, Tq) from the packed q (heads, Tqp, D), k and v
+// (heads, Tkp, D): a block per head and 64 queries.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    forward_kernel(const bf16* q, const bf16* k, const bf16* v, float* out, float* lse, const kernels::AttentionLayout at,
+                   bool causal, float scale, int64_t tiles) {
+  using S = Tiles<D>;
+  constexpr int N = S::stream;
+  extern __shared__ uint4 shared16[];
+  bf16* Qs = reinterpret_cast<bf16*>(shared16);
+  const TileOf tile = tile_of(tiles, causal, kRows);
+  const int64_t hi = tile.head, q0 = tile.first;
+  KeyStream<D> keys(Qs + S::own, k, v, at, hi, q0, causal);
+  load_tile<D>(Qs, q + (hi * padded(at.Tq) + q0) * D, kRows);
+  keys.start();
+  commit();
+
+  const int g = lane() / 4, t = lane() % 4;
+  const int r0 = 16 * warp();
+  const int64_t row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
+  const float scale2 = scale * kLog2e;
+  float o[D / 8][4];
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // running max (scores' units), the thread's part of the sum
+  for (int j = 0; j < keys.tiles; ++j) {
+    keys.wait(j);
+    float s[N / 8][4];
+    zero(s);
+    product_xyt<D, N>(s, Qs, r0, keys.K(j));
+    const int64_t k0 = int64_t{j} * N;
+    const bool masks = k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const int64_t key = k0 + 8 * n + 2 * t + e % 2;
+        if (masks && (key >= at.Tk || (causal && key > row[h]))) s[n][e] = -INFINITY;
+        mx[h] = fmaxf(mx[h], s[n][e]);
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_new = fmaxf(m[h], quad_max(mx[h]));
+      const float base = m_new == -INFINITY ? 0.f : m_new * scale2;  // no inf - inf
+      const float alpha = exp2f(fmaf(m[h], scale2, -base));
+      m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < N / 8; ++n) {
+        s[n][2 * h] = exp2f(fmaf(s[n][2 * h], scale2, -base));
+        s[n][2 * h + 1] = exp2f(fmaf(s[n][2 * h + 1], scale2, -base));
+        sum += s[n][2 * h] + s[n][2 * h + 1];
+      }
+      l[h] = fmaf(l[h], alpha, sum);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][2 * h] *= alpha;
+        o[n][2 * h + 1] *= alpha;
+      }
+    }
+    product_pz<D, N>(o, s, keys.V(j));
+    __syncthreads();  // the buffer is refilled next
+  }
+  float factor[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] = quad_sum(l[h]);
+    factor[h] = l[h] > 0.f ? 1.f / l[h] : 0.f;
+  }
+  // o's rows scaled one by one: store_rows takes one factor, so fold each row's into its values
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    o[n][0] *= factor[0], o[n][1] *= factor[0];
+    o[n][2] *= factor[1], o[n][3] *= factor[1];
+  }
+  store_rows<D>(o, 1.f, out, at.out, at.H, hi, q0, at.Tq, static_cast<int>(at.dv));
+  if (t == 0)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (row[h] < at.Tq) lse[hi * at.Tq + row[h]] = l[h] > 0.f ? fmaf(m[h], scale, logf(l[h])) : -INFINITY;
+}
+
+// ----------------------------------------------------------------------------
+// backward
+
+// lse in base 2 for a query row: +inf past Tq (P = 0 there).
+__device__ inline float lse2_at(const float* lse, int64_t hi, int64_t Tq, int64_t row) {
+  return row < Tq ? lse[hi * Tq + row] * kLog2e : INFINITY;
+}
+
+// dk, dv (rows of at.dk, at.dv_) from the packed q, k, v, dout and delta: a block per head and 64
+// keys, the query tiles streaming.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    dkdv_kernel(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,
+                float* dk, float* dv, const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
+  using S = Tiles<D>;
+  constexpr int N = S::stream;
+  extern __shared__ uint4 shared16[];
+  bf16* Ks = reinterpret_cast<bf16*>(shared16);
+  bf16* Vs = Ks + S::own;
+  bf16* Qs = Vs + S::own;  // two buffers each
+  bf16* Gs = Qs + 2 * S::tile;
+  float* stats = reinterpret_cast<float*>(Gs + 2 * S::tile);  // two buffers of (lse2, delta) for N rows
+  const int64_t Tqp = padded(at.Tq), Tkp = padded(at.Tk);
+  const TileOf tile = tile_of(tiles, false, kRows);  // causal key tiles are longest first at the low end
+  const int64_t hi = tile.head, k0 = tile.first;
+  const bf16* qh = q + hi * Tqp * D;
+  const bf16* gh = dout + hi * Tqp * D;
+  const int64_t first_q = causal ? k0 / N * N : 0;
+  const int query_tiles = static_cast<int>((at.Tq - first_q + N - 1) / N);
+  auto load_queries = [&](int i, int buffer) {
+    const int64_t t0 = first_q + int64_t{i} * N;
+    load_tile<D>(Qs + buffer * S::tile, qh + t0 * D, N);
+    load_tile<D>(Gs + buffer * S::tile, gh + t0 * D, N);
+    for (int r = threadIdx.x; r < N; r += kThreads) {
+      stats[buffer * 2 * N + r] = lse2_at(lse, hi, at.Tq, t0 + r);
+      stats[buffer * 2 * N + N + r] = delta[hi * Tqp + t0 + r];
+    }
+  };
+  load_tile<D>(Ks, k + (hi * Tkp + k0) * D, kRows);
+  load_tile<D>(Vs, v + (hi * Tkp + k0) * D, kRows);
+  if (query_tiles > 0) load_queries(0, 0);
+  commit();
+
+  const int g = lane() / 4, t = lane() % 4;
+  const int r0 = 16 * warp();
+  const int64_t key[2] = {k0 + r0 + g, k0 + r0 + g + 8};
+  const float scale2 = scale * kLog2e;
+  float dk_acc[D / 8][4], dv_acc[D / 8][4];
+  zero(dk_acc);
+  zero(dv_acc);
+  for (int i = 0; i < query_tiles; ++i) {
+    const int buffer = i % 2;
+    if (i + 1 < query_tiles) {
+      load_queries(i + 1, (i + 1) % 2);
+      commit();
+      wait_groups<1>();
+    } else {
+      wait_groups<0>();
+    }
+    __syncthreads();
+    const bf16* Qi = Qs + buffer * S::tile;
+    const bf16* Gi = Gs + buffer * S::tile;
+    const float* lse2 = stats + buffer * 2 * N;
+    const float* dlt = lse2 + N;
+    const int64_t t0 = first_q + int64_t{i} * N;
+    // P^T (16 keys, N queries)
+    float p[N / 8][4];
+    zero(p);
+    product_xyt<D, N>(p, Ks, r0, Qi);
+    const bool masks = causal && k0 + r0 + 15 > t0;
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = 8 * n + 2 * t + e % 2;
+        p[n][e] = exp2f(fmaf(p[n][e], scale2, -lse2[c]));
+        if (masks && key[e / 2] > t0 + c) p[n][e] = 0.f;
+      }
+    product_pz<D, N>(dv_acc, p, Gi);  // dV += P^T dO
+    float ds[N / 8][4];
+    zero(ds);
+    product_xyt<D, N>(ds, Vs, r0, Gi);  // dP^T = V dO^T
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[n][e] = p[n][e] * (ds[n][e] - dlt[8 * n + 2 * t + e % 2]);
+    product_pz<D, N>(dk_acc, ds, Qi);  // dK += dS^T Q
+    __syncthreads();
+  }
+  store_rows<D>(dk_acc, scale, dk, at.dk, at.H, hi, k0, at.Tk, static_cast<int>(at.d));
+  store_rows<D>(dv_acc, 1.f, dv, at.dv_, at.H, hi, k0, at.Tk, static_cast<int>(at.dv));
+}
+
+// dq (rows of at.dq) from the packed q, k, v, dout and delta: a block per head and 64 queries, the
+// key tiles streaming.
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    dq_kernel(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,
+              float* dq, const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
+  using S = Tiles<D>;
+  constexpr int N = S::stream;
+  extern __shared__ uint4 shared16[];
+  bf16* Qs = reinterpret_cast<bf16*>(shared16);
+  bf16* Gs = Qs + S::own;
+  const int64_t Tqp = padded(at.Tq);
+  const TileOf tile = tile_of(tiles, causal, kRows);
+  const int64_t hi = tile.head, q0 = tile.first;
+  KeyStream<D> keys(Gs + S::own, k, v, at, hi, q0, causal);
+  load_tile<D>(Qs, q + (hi * Tqp + q0) * D, kRows);
+  load_tile<D>(Gs, dout + (hi * Tqp + q0) * D, kRows);
+  keys.start();
+  commit();
+
+  const int g = lane() / 4, t = lane() % 4;
+  const int r0 = 16 * warp();
+  const int64_t row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
+  const float scale2 = scale * kLog2e;
+  const float lse2[2] = {lse2_at(lse, hi, at.Tq, row[0]), lse2_at(lse, hi, at.Tq, row[1])};
+  const float dlt[2] = {delta[hi * Tqp + row[0]], delta[hi * Tqp + row[1]]};
+  float dq_acc[D / 8][4];
+  zero(dq_acc);
+  for (int j = 0; j < keys.tiles; ++j) {
+    keys.wait(j);
+    const int64_t k0 = int64_t{j} * N;
+    float p[N / 8][4];
+    zero(p);
+    product_xyt<D, N>(p, Qs, r0, keys.K(j));  // S
+    const bool masks = k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0);
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const int64_t key = k0 + 8 * n + 2 * t + e % 2;
+        p[n][e] = exp2f(fmaf(p[n][e], scale2, -lse2[h]));
+        if (masks && (key >= at.Tk || (causal && key > row[h]))) p[n][e] = 0.f;
+      }
+    float ds[N / 8][4];
+    zero(ds);
+    product_xyt<D, N>(ds, Gs, r0, keys.V(j));  // dP = dO V^T
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[n][e] = p[n][e] * (ds[n][e] - dlt[e / 2]);
+    product_pz<D, N>(dq_acc, ds, keys.K(j));  // dQ += dS K
+    __syncthreads();
+  }
+  store_rows<D>(dq_acc, scale, dq, at.dq, at.H, hi, q0, at.Tq, static_cast<int>(at.d));
+}
+
+// ----------------------------------------------------------------------------
+// launchers
+
+template <class Kernel>
+void allow_shared(Kernel kernel, size_t bytes) {
+  TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+unsigned grid_of(int64_t heads, int64_t rows, int64_t* tiles) {
+  *tiles = (rows + kRows - 1) / kRows;
+  if (*tiles > 0 && heads > INT_MAX / *tiles)
+    throw Error(std::string("[") + kOp + "] " + std::to_string(heads) + " heads of " + std::to_string(rows) +
+                " rows are more tiles of 64 than one CUDA launch takes (2^31 - 1)");
+  return static_cast<unsigned>(heads * *tiles);
+}
+
+// The packed bf16 copy of one operand: (heads, Tp, D).
+Tensor packed(const Tensor& x, const kernels::HeadRows& rows, const kernels::AttentionLayout& at, int64_t T, int64_t w,
+              int D) {
+  const int64_t heads = at.B * at.H, Tp = padded(T);
+  Tensor p = Tensor::empty(Shape{heads, Tp, D}, DType::bf16, x.device());
+  pack_kernel<<<blocks_for(heads * Tp * (D / 8), 256), 256, 0, stream_for(x)>>>(
+      cdata<float>(x), rows, at.H, heads, T, Tp, static_cast<int>(w), D, mdata<bf16>(p));
+  TG_CUDA_CHECK_LAUNCH();
+  return p;
+}
+
+template <int D>
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at, bool causal,
+             float scale, Tensor& out, Tensor& lse) {
+  const Tensor qp = packed(q, at.q, at, at.Tq, at.d, D), kp = packed(k, at.k, at, at.Tk, at.d, D),
+               vp = packed(v, at.v, at, at.Tk, at.dv, D);
+  int64_t tiles = 0;
+  const unsigned grid = grid_of(at.B * at.H, at.Tq, &tiles);
+  const size_t bytes = sizeof(bf16) * (Tiles<D>::own + 4 * Tiles<D>::tile);
+  allow_shared(forward_kernel<D>, bytes);
+  forward_kernel<D><<<grid, kThreads, bytes, stream_for(q)>>>(cdata<bf16>(qp), cdata<bf16>(kp), cdata<bf16>(vp),
+                                                              mdata<float>(out), mdata<float>(lse), at, causal, scale,
+                                                              tiles);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
+void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+              const Tensor& lse, const kernels::AttentionLayout& at, bool causal, float scale, Tensor& dq, Tensor& dk,
+              Tensor& dv) {
+  const cudaStream_t stream = stream_for(q);
+  const int64_t heads = at.B * at.H, Tqp = padded(at.Tq);
+  const Tensor qp = packed(q, at.q, at, at.Tq, at.d, D), kp = packed(k, at.k, at, at.Tk, at.d, D),
+               vp = packed(v, at.v, at, at.Tk, at.dv, D);
+  Tensor gp = Tensor::empty(Shape{heads, Tqp, D}, DType::bf16, q.device());
+  Tensor delta = Tensor::empty(Shape{heads, Tqp}, DType::f32, q.device());
+  pack_dout_kernel<<<blocks_for(heads * Tqp * 32, 256), 256, 0, stream>>>(cdata<float>(out), cdata<float>(dout), at,
+                                                                         Tqp, D, mdata<bf16>(gp), mdata<float>(delta));
+  TG_CUDA_CHECK_LAUNCH();
+  int64_t key_tiles = 0, query_tiles = 0;
+  const unsigned key_grid = grid_of(heads, at.Tk, &key_tiles), query_grid = grid_of(heads, at.Tq, &query_tiles);
+  const size_t dkdv_bytes = sizeof(bf16) * (2 * Tiles<D>::own + 4 * Tiles<D>::tile) + sizeof(float) * 4 * Tiles<D>::stream;
+  allow_shared(dkdv_kernel<D>, dkdv_bytes);
+  if (key_grid > 0) {
+    dkdv_kernel<D><<<key_grid, kThreads, dkdv_bytes, stream>>>(cdata<bf16>(qp), cdata<bf16>(kp), cdata<bf16>(vp),
+                                                               cdata<bf16>(gp), cdata<float>(lse), cdata<float>(delta),
+                                                               mdata<float>(dk), mdata<float>(dv), at, causal, scale,
+                                                               key_tiles);
+    TG_CUDA_CHECK_LAUNCH();
+  }
+  const size_t dq_bytes = sizeof(bf16) * (2 * Tiles<D>::own + 4 * Tiles<D>::tile);
+  allow_shared(dq_kernel<D>, dq_bytes);
+  if (query_grid > 0) {
+    dq_kernel<D><<<query_grid, kThreads, dq_bytes, stream>>>(cdata<bf16>(qp), cdata<bf16>(kp), cdata<bf16>(vp),
+                                                             cdata<bf16>(gp), cdata<float>(lse), cdata<float>(delta),
+                                                             mdata<float>(dq), at, causal, scale, query_tiles);
+    TG_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
+void flash_bf16_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at, int D,
+                        bool causal, double scale, Tensor& out, Tensor& lse) {
+  if (D == 64) return forward<64>(q, k, v, at, causal, static_cast<float>(scale), out, lse);
+  return forward<128>(q, k, v, at, causal, static_cast<float>(scale), out, lse);
+}
+
+void flash_bf16_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
+                         const Tensor& lse, const kernels::AttentionLayout& at, int D, bool causal, double scale,
+                         Tensor& dq, Tensor& dk, Tensor& dv) {
+  if (D == 64) return backward<64>(q, k, v, out, dout, lse, at, causal, static_cast<float>(scale), dq, dk, dv);
+  return backward<128>(q, k, v, out, dout, lse, at, causal, static_cast<float>(scale), dq, dk, dv);
+}
+
+}  // namespace tapegrad::cuda
