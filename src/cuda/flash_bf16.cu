@@ -55,6 +55,8 @@ struct Tiles {
   static constexpr int ld = D + 8;                  // halves a shared row: 16 bytes of padding
   static constexpr int own = kRows * ld;            // halves of the block's own (64, D) tile
   static constexpr int tile = stream * ld;          // halves of a streamed tile
+  static constexpr int blocks = D == 64 ? 4 : 3;    // blocks a multiprocessor (dK/dV: one fewer), which
+                                                    // bounds the registers a thread (128, 168; 168, 255)
 };
 
 __host__ __device__ inline int64_t padded(int64_t t) { return (t + kRows - 1) / kRows * kRows; }
@@ -93,6 +95,15 @@ __device__ inline void commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ inline void wait_groups() {  // all but the N most recent groups have landed
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// 2^x by the multi-function unit alone (ex2.approx.ftz: about 2^-22 relative; results below
+// 2^-126 flush to 0, which a probability that small may): exp2f adds instructions for subnormal
+// results, and the softmax's exponentials are a large part of these kernels' instructions.
+__device__ inline float exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 __device__ inline int lane() { return static_cast<int>(threadIdx.x) % 32; }
@@ -173,6 +184,34 @@ __device__ inline void product_pz(float (&acc)[D / 8][4], const float (&p)[N / 8
       mma(acc[n + 1], a, b[2], b[3]);
     }
   }
+}
+
+// acc (16, D) += A (16, N: a[kc] the A fragment of columns 16 kc..) @ Z, Z N rows of a shared tile.
+template <int D, int N>
+__device__ inline void product_az(float (&acc)[D / 8][4], const uint32_t (&a)[N / 16][4], const bf16* z) {
+#pragma unroll
+  for (int kc = 0; kc < N / 16; ++kc)
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+      uint32_t b[4];
+      b_fragments_trans<D>(b, z, 8 * n, 16 * kc);
+      mma(acc[n], a[kc], b[0], b[1]);
+      mma(acc[n + 1], a[kc], b[2], b[3]);
+    }
+}
+
+// The (16, N) accumulator c rounded to bf16 as A fragments (p_fragment for every kc).
+template <int N>
+__device__ inline void to_fragments(uint32_t (&a)[N / 16][4], const float (&c)[N / 8][4]) {
+#pragma unroll
+  for (int kc = 0; kc < N / 16; ++kc) p_fragment<N>(a[kc], c, kc);
+}
+
+// Element e of C fragment n (as `c[n][e]`) of an accumulator kept as A fragments: bf16, widened.
+template <int N>
+__device__ inline float element(const uint32_t (&a)[N / 16][4], int n, int e) {
+  const uint32_t pair = a[n / 2][(n % 2) * 2 + e / 2];
+  return __uint_as_float(e % 2 ? pair & 0xffff0000u : pair << 16);
 }
 
 template <int N>
@@ -311,7 +350,7 @@ __global__ void pack_dout_kernel(const float* out, const float* dout, const kern
 // out (rows of at.out, dv columns) and lse (heads, Tq) from the packed q (heads, Tqp, D), k and v
 // (heads, Tkp, D): a block per head and 64 queries.
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
     forward_kernel(const bf16* q, const bf16* k, const bf16* v, float* out, float* lse, const kernels::AttentionLayout at,
                    bool causal, float scale, int64_t tiles) {
   using S = Tiles<D>;
@@ -353,13 +392,13 @@ __global__ void __launch_bounds__(kThreads)
     for (int h = 0; h < 2; ++h) {
       const float m_new = fmaxf(m[h], quad_max(mx[h]));
       const float base = m_new == -INFINITY ? 0.f : m_new * scale2;  // no inf - inf
-      const float alpha = exp2f(fmaf(m[h], scale2, -base));
+      const float alpha = exp2_fast(fmaf(m[h], scale2, -base));
       m[h] = m_new;
       float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < N / 8; ++n) {
-        s[n][2 * h] = exp2f(fmaf(s[n][2 * h], scale2, -base));
-        s[n][2 * h + 1] = exp2f(fmaf(s[n][2 * h + 1], scale2, -base));
+        s[n][2 * h] = exp2_fast(fmaf(s[n][2 * h], scale2, -base));
+        s[n][2 * h + 1] = exp2_fast(fmaf(s[n][2 * h + 1], scale2, -base));
         sum += s[n][2 * h] + s[n][2 * h + 1];
       }
       l[h] = fmaf(l[h], alpha, sum);
@@ -402,7 +441,7 @@ __device__ inline float lse2_at(const float* lse, int64_t hi, int64_t Tq, int64_
 // dk, dv (rows of at.dk, at.dv_) from the packed q, k, v, dout and delta: a block per head and 64
 // keys, the query tiles streaming.
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, Tiles<D>::blocks - 1)
     dkdv_kernel(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,
                 float* dk, float* dv, const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
   using S = Tiles<D>;
@@ -466,17 +505,19 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = 8 * n + 2 * t + e % 2;
-        p[n][e] = exp2f(fmaf(p[n][e], scale2, -lse2[c]));
+        p[n][e] = exp2_fast(fmaf(p[n][e], scale2, -lse2[c]));
         if (masks && key[e / 2] > t0 + c) p[n][e] = 0.f;
       }
-    product_pz<D, N>(dv_acc, p, Gi);  // dV += P^T dO
+    uint32_t pb[N / 16][4];  // P^T in bf16, as it enters both products: fewer registers than f32
+    to_fragments<N>(pb, p);
+    product_az<D, N>(dv_acc, pb, Gi);  // dV += P^T dO
     float ds[N / 8][4];
     zero(ds);
     product_xyt<D, N>(ds, Vs, r0, Gi);  // dP^T = V dO^T
 #pragma unroll
     for (int n = 0; n < N / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) ds[n][e] = p[n][e] * (ds[n][e] - dlt[8 * n + 2 * t + e % 2]);
+      for (int e = 0; e < 4; ++e) ds[n][e] = element<N>(pb, n, e) * (ds[n][e] - dlt[8 * n + 2 * t + e % 2]);
     product_pz<D, N>(dk_acc, ds, Qi);  // dK += dS^T Q
     __syncthreads();
   }
@@ -487,7 +528,7 @@ __global__ void __launch_bounds__(kThreads)
 // dq (rows of at.dq) from the packed q, k, v, dout and delta: a block per head and 64 queries, the
 // key tiles streaming.
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
     dq_kernel(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,
               float* dq, const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
   using S = Tiles<D>;
@@ -525,16 +566,18 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2;
         const int64_t key = k0 + 8 * n + 2 * t + e % 2;
-        p[n][e] = exp2f(fmaf(p[n][e], scale2, -lse2[h]));
+        p[n][e] = exp2_fast(fmaf(p[n][e], scale2, -lse2[h]));
         if (masks && (key >= at.Tk || (causal && key > row[h]))) p[n][e] = 0.f;
       }
+    uint32_t pb[N / 16][4];  // P in bf16, as the dK/dV kernel uses it
+    to_fragments<N>(pb, p);
     float ds[N / 8][4];
     zero(ds);
     product_xyt<D, N>(ds, Gs, r0, keys.V(j));  // dP = dO V^T
 #pragma unroll
     for (int n = 0; n < N / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) ds[n][e] = p[n][e] * (ds[n][e] - dlt[e / 2]);
+      for (int e = 0; e < 4; ++e) ds[n][e] = element<N>(pb, n, e) * (ds[n][e] - dlt[e / 2]);
     product_pz<D, N>(dq_acc, ds, keys.K(j));  // dQ += dS K
     __syncthreads();
   }
@@ -544,9 +587,12 @@ __global__ void __launch_bounds__(kThreads)
 // ----------------------------------------------------------------------------
 // launchers
 
+// The kernel may take `bytes` of dynamic shared memory, and the multiprocessor gives shared memory
+// all of its carve-out, so that Tiles<D>::blocks blocks fit.
 template <class Kernel>
 void allow_shared(Kernel kernel, size_t bytes) {
   TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
 }
 
 unsigned grid_of(int64_t heads, int64_t rows, int64_t* tiles) {

@@ -149,10 +149,47 @@ __device__ inline MaxSum merge(MaxSum a, MaxSum b) {
   return {m, (a.m == -INFINITY ? 0.0 : a.s * exp(a.m - m)) + (b.m == -INFINITY ? 0.0 : b.s * exp(b.m - m))};
 }
 
+// A thread's values x[0..count) into its running max and sum: the max of them first, then one
+// rescale of the sum (when the max grew, or a NaN arrived), then their exps.
+template <class T, int kCount>
+__device__ inline void add_values(MaxSum& ms, const T (&x)[kCount]) {
+  double m = ms.m;
+#pragma unroll
+  for (int k = 0; k < kCount; ++k) m = max_nan(m, static_cast<double>(x[k]));
+  if (!(m == ms.m)) {
+    ms.s = ms.m == -INFINITY ? 0.0 : ms.s * exp(ms.m - m);
+    ms.m = m;
+  }
+  if (ms.m == -INFINITY) return;
+#pragma unroll
+  for (int k = 0; k < kCount; ++k) ms.s += static_cast<double>(kernels::exp_of(static_cast<T>(x[k] - ms.m)));
+}
+
+// Whether a row of f32 logits reads as float4s: 4 | v and an aligned start.
+template <class T>
+__device__ inline bool by_fours(const T* x, int64_t v) {
+  return sizeof(T) == 4 && v % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
+// dz[j..j+4) from four logits, stored as one 8-byte (bf16) or 16-byte (f32) write.
+template <class T, class G>
+__device__ inline void store_four(G* dz, int64_t j, const float4& x, T top, T log_s, int64_t t) {
+  const float xs[4] = {x.x, x.y, x.z, x.w};
+  G out[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const T p = kernels::exp_of((static_cast<T>(xs[k]) - top) - log_s);
+    out[k] = kernels::convert<G>(j + k == t ? p - T(1) : p);
+  }
+  if constexpr (sizeof(G) == 2) *reinterpret_cast<uint2*>(dz + j) = *reinterpret_cast<const uint2*>(out);
+  else *reinterpret_cast<float4*>(dz + j) = *reinterpret_cast<const float4*>(out);
+}
+
 // A row of v logits a group of R threads (a warp, or the whole block of kCeBlock): losses[i] and,
 // when d is not null, the row of dz = softmax - onehot(t), as the CPU's cross_entropy_rows
 // (exp in T, the sum in double; Note [log-sum-exp rows]). One read of the row for its max and sum
-// (online: a thread rescales its sum when its max grows), one more to write dz.
+// (online: a thread rescales its sum when its max grows), one more to write dz; f32 rows in
+// float4s, two loads in flight a thread.
 constexpr int kCeBlock = 512;
 template <class T, class G, class I, int R>
 __global__ void __launch_bounds__(kCeBlock)
@@ -174,15 +211,22 @@ __global__ void __launch_bounds__(kCeBlock)
       for (int64_t j = lane; j < v; j += R) dz[j] = kernels::convert<G>(T(0));
     return;
   }
+  constexpr bool kFloat = sizeof(T) == 4;  // f32 rows may go by float4s
+  const bool fours = by_fours(x, v) && (!dz || reinterpret_cast<uintptr_t>(dz) % (4 * sizeof(G)) == 0);
   MaxSum ms{-INFINITY, 0.0};
-  for (int64_t j = lane; j < v; j += R) {
-    const double xj = static_cast<double>(x[j]);
-    if (xj > ms.m || xj != xj) {  // a new max (or NaN): the sum so far is rescaled to it
-      const double m = max_nan(ms.m, xj);
-      ms.s = ms.m == -INFINITY ? 0.0 : ms.s * exp(ms.m - m);
-      ms.m = m;
+  if (kFloat && fours) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    const int64_t v4 = v / 4;
+    for (int64_t j = lane; j < v4; j += 2 * R) {
+      const float4 a = x4[j], b = j + R < v4 ? x4[j + R] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+      const T vals[8] = {T(a.x), T(a.y), T(a.z), T(a.w), T(b.x), T(b.y), T(b.z), T(b.w)};
+      add_values(ms, vals);
     }
-    if (ms.m != -INFINITY) ms.s += static_cast<double>(kernels::exp_of(static_cast<T>(xj - ms.m)));
+  } else {
+    for (int64_t j = lane; j < v; j += R) {
+      const T vals[1] = {x[j]};
+      add_values(ms, vals);
+    }
   }
   for (int offset = 16; offset > 0; offset /= 2)
     ms = merge(ms, MaxSum{__shfl_xor_sync(0xffffffffu, ms.m, offset), __shfl_xor_sync(0xffffffffu, ms.s, offset)});
@@ -197,11 +241,25 @@ __global__ void __launch_bounds__(kCeBlock)
     losses[i] = -((x[t] - top) - log_s);
     atomicAdd(count, 1ull);
   }
-  if (dz)
-    for (int64_t j = lane; j < v; j += R) {
-      const T p = kernels::exp_of((x[j] - top) - log_s);
-      dz[j] = kernels::convert<G>(j == t ? p - T(1) : p);
+  if (!dz) return;
+  if constexpr (kFloat)
+    if (fours) {
+      const float4* x4 = reinterpret_cast<const float4*>(x);
+      const int64_t v4 = v / 4;
+      for (int64_t j = lane; j < v4; j += 2 * R) {
+        const float4 a = x4[j];
+        if (j + R < v4) {
+          const float4 b = x4[j + R];
+          store_four<T, G>(dz, 4 * (j + R), b, top, log_s, t);
+        }
+        store_four<T, G>(dz, 4 * j, a, top, log_s, t);
+      }
+      return;
     }
+  for (int64_t j = lane; j < v; j += R) {
+    const T p = kernels::exp_of((x[j] - top) - log_s);
+    dz[j] = kernels::convert<G>(j == t ? p - T(1) : p);
+  }
 }
 
 }  // namespace
