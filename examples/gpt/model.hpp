@@ -69,8 +69,9 @@ struct GPT : nn::Module {
   // ids (B, T) i32 with T <= block, positions (T,) i32 = 0..T-1 -> logits (B, T, V). `buffer` is
   // the sparse value embeddings' gradient buffer (undefined: a plain gather, for evaluation).
   Var operator()(Var ids, Var positions, const ops::ValueEmbedBuffer& buffer = {}) {
-    ops::Autocast precision(config.products);  // the products' dtype (Note [autocast]); all else f32
-    return ops::linear(features(ids, positions, buffer), wte.weight);  // tied head: (B, T, C) @ (V, C)^T
+    ops::Autocast precision(config.products);  // the products' dtype (Note [autocast])
+    Var logits = ops::linear(features(ids, positions, buffer), wte.weight);  // tied head: (B, T, C) @ (V, C)^T
+    return ops::to(logits, DType::f32);  // bf16 under autocast: the sampler's softmax wants f32
   }
 
   // The mean cross-entropy of the next tokens `targets` (B, T): the head and the loss as one fused

@@ -646,9 +646,10 @@ struct Sizes {
   Sizes(const Tensor& q, const Tensor& v)
       : heads(q.dim(0) * q.dim(1)), tq(q.dim(2)), tk(v.dim(2)), d(q.dim(3)), dv(v.dim(3)) {}
   explicit Sizes(const kernels::AttentionLayout& at) : heads(at.B * at.H), tq(at.Tq), tk(at.Tk), d(at.d), dv(at.dv) {}
-  // The flash kernels' D (64 or 128) for f32 heads that fit, else 0 (the reference kernels).
+  // The flash kernels' D (64 or 128) for f32 or bf16 heads that fit, else 0 (the reference kernels;
+  // bf16 has no other kernels).
   int flash_head(DType t) const {
-    if (t != DType::f32 || d > kFlashMaxHead || dv > kFlashMaxHead) return 0;
+    if ((t != DType::f32 && t != DType::bf16) || d > kFlashMaxHead || dv > kFlashMaxHead) return 0;
     return d <= 64 && dv <= 64 ? 64 : 128;
   }
 };
@@ -753,7 +754,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const Sizes n(at);
   if (n.heads * n.tq == 0) return;
   const int D = n.flash_head(q.dtype());
-  if (D && products == kernels::AttentionProducts::bf16)  // Note [bf16 flash attention] in flash_bf16.cu
+  if (D && (products == kernels::AttentionProducts::bf16 || q.dtype() == DType::bf16))  // Note [bf16 flash attention]
     return flash_bf16_forward(q, k, v, at, D, causal, scale, out, lse);
   switch (D) {
     case 64: return flash_forward<64>(n, q, k, v, at, causal, scale, out, lse);
@@ -768,7 +769,7 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   const Sizes n(at);
   if (n.heads == 0) return;
   const int D = n.flash_head(q.dtype());
-  if (D && products == kernels::AttentionProducts::bf16)  // delta is the kernels' own f32 scratch there
+  if (D && (products == kernels::AttentionProducts::bf16 || q.dtype() == DType::bf16))  // delta: their own f32 scratch
     return flash_bf16_backward(q, k, v, out, dout, lse, at, D, causal, scale, dq, dk, dv);
   switch (D) {
     case 64: return flash_backward<64>(n, q, k, v, out, dout, lse, at, causal, scale, delta, dq, dk, dv);

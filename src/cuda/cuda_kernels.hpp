@@ -32,7 +32,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
                         Tensor& delta, Tensor& dq, Tensor& dk, Tensor& dv,
                         kernels::AttentionProducts products = kernels::AttentionProducts::f32);
 // the bf16 products of those (flash_bf16.cu, Note [bf16 flash attention]) for a head of D = 64 or
-// 128 columns (d, dv <= D): f32 operands and results, lse natural-log as the f32 kernels'.
+// 128 columns (d, dv <= D): operands and results all f32 or all bf16, lse f32 and natural-log as
+// the f32 kernels'.
 void flash_bf16_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at, int D,
                         bool causal, double scale, Tensor& out, Tensor& lse);
 void flash_bf16_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,

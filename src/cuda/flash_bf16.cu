@@ -3,11 +3,12 @@
 //
 // Note [bf16 flash attention]
 // Under ops::Autocast the attention's products run on the tensor cores, FlashAttention-2's way:
-// - The operands are first rounded to bf16 into packed scratch copies, (heads, Tp, D) with Tp the
-//   length rounded up to 64 and D = 64 or 128 the head size rounded up, zeros in the padding
-//   (pack_kernel; for the backward also dO, with delta = rowsum(dO * O) in f32 from the f32
-//   operands, pack_dout_kernel). So every tile load is a whole 16-byte cp.async, double
-//   buffered, into shared rows padded by 16 bytes (conflict-free ldmatrix).
+// - The operands, f32 (rounded to nearest) or bf16 (autocast's activations, copied), first go to
+//   packed bf16 scratch copies, (heads, Tp, D) with Tp the length rounded up to 64 and D = 64 or
+//   128 the head size rounded up, zeros in the padding (pack_kernel; for the backward also dO,
+//   with delta = rowsum(dO * O) in f32, pack_dout_kernel). So every tile load is a whole 16-byte
+//   cp.async, double buffered, into shared rows padded by 16 bytes (conflict-free ldmatrix). The
+//   results (O, dQ, dK, dV) are written in the operands' dtype, lse in f32.
 // - A block is 4 warps and owns 64 rows (queries, or keys for dK and dV), a warp 16 of them: its
 //   products are m16n8k16 mma.sync with bf16 operands summing in f32. The scores S (16 x 64 a
 //   warp) stay in the accumulators' registers; the softmax works there (a row's values are in the
@@ -33,6 +34,7 @@
 
 #include <climits>
 #include <cmath>
+#include <type_traits>
 
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/attention.cuh"
@@ -141,6 +143,19 @@ __device__ inline uint32_t pack(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
 }
+// An operand's element in f32, and an f32 result in an operand's storage (f32, or bf16 rounded to
+// nearest): the kernels read and write either (X).
+template <class X>
+__device__ inline float wide(X x) {
+  if constexpr (std::is_same_v<X, float>) return x;
+  else return __bfloat162float(x);
+}
+template <class X>
+__device__ inline X narrow(float x) {
+  if constexpr (std::is_same_v<X, float>) return x;
+  else return __float2bfloat16_rn(x);
+}
+
 // The A fragment of columns [16 kc, 16 kc + 16) of a (16, N) accumulator c (N / 8 tiles of C
 // fragments), rounded to bf16: A's rows g and g + 8 and columns 2t.. are C's own.
 template <int N>
@@ -231,20 +246,20 @@ __device__ inline float quad_sum(float x) {
 
 // The (16, D) accumulator of rows r0.. (the warp's, of a tile starting at row t0) times `factor`
 // into rows t < T, columns < w of head hi of an operand (rows of `at`).
-template <int D>
-__device__ void store_rows(const float (&acc)[D / 8][4], float factor, float* x, const kernels::HeadRows& at,
+template <int D, class X>
+__device__ void store_rows(const float (&acc)[D / 8][4], float factor, X* x, const kernels::HeadRows& at,
                            int64_t H, int64_t hi, int64_t t0, int64_t T, int w) {
   const int g = lane() / 4, t = lane() % 4;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t row = t0 + 16 * warp() + g + 8 * half;
     if (row >= T) continue;
-    float* dst = x + row_at(at, H, hi, row);
+    X* dst = x + row_at(at, H, hi, row);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       const int c = 8 * n + 2 * t;
-      if (c < w) dst[c] = acc[n][2 * half] * factor;
-      if (c + 1 < w) dst[c + 1] = acc[n][2 * half + 1] * factor;
+      if (c < w) dst[c] = narrow<X>(acc[n][2 * half] * factor);
+      if (c + 1 < w) dst[c + 1] = narrow<X>(acc[n][2 * half + 1] * factor);
     }
   }
 }
@@ -290,34 +305,41 @@ struct KeyStream {
 // ----------------------------------------------------------------------------
 // the packed copies
 
-// dst (heads, Tp, D) bf16 = rows t < T, columns < w of head hi of x (rows of `at`), rounded to
-// nearest; zeros elsewhere. A thread makes 8 halves (16 bytes).
-__global__ void pack_kernel(const float* x, const kernels::HeadRows at, int64_t H, int64_t heads, int64_t T,
-                            int64_t Tp, int w, int D, bf16* dst) {
+// dst (heads, Tp, D) bf16 = rows t < T, columns < w of head hi of x (rows of `at`; f32 rounded to
+// nearest, or bf16 copied); zeros elsewhere. A thread makes 8 halves (16 bytes).
+template <class X>
+__global__ void pack_kernel(const X* x, const kernels::HeadRows at, int64_t H, int64_t heads, int64_t T, int64_t Tp,
+                            int w, int D, bf16* dst) {
   const int64_t chunks = heads * Tp * (D / 8);
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < chunks; e += int64_t{gridDim.x} * blockDim.x) {
     const int c = static_cast<int>(e % (D / 8)) * 8;
     const int64_t t = e / (D / 8) % Tp, hi = e / (D / 8) / Tp;
-    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    uint4 out = make_uint4(0, 0, 0, 0);
     if (t < T && c < w) {
-      const float* src = x + row_at(at, H, hi, t) + c;
-      if (c + 8 <= w && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-        const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
-        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+      const X* src = x + row_at(at, H, hi, t) + c;
+      const bool whole = c + 8 <= w && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+      if (std::is_same_v<X, bf16> && whole) {
+        out = *reinterpret_cast<const uint4*>(src);
       } else {
-        for (int i = 0; i < 8 && c + i < w; ++i) v[i] = src[i];
+        float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (whole) {
+          const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+          v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        } else {
+          for (int i = 0; i < 8 && c + i < w; ++i) v[i] = wide(src[i]);
+        }
+        out.x = pack(v[0], v[1]), out.y = pack(v[2], v[3]), out.z = pack(v[4], v[5]), out.w = pack(v[6], v[7]);
       }
     }
-    uint4 out;
-    out.x = pack(v[0], v[1]), out.y = pack(v[2], v[3]), out.z = pack(v[4], v[5]), out.w = pack(v[6], v[7]);
     reinterpret_cast<uint4*>(dst)[e] = out;
   }
 }
 
 // dst (heads, Tp, D) bf16 = dout as pack_kernel would copy it, and delta (heads, Tp) = rowsum(dout
 // * out) in f32 (0 on padding rows): a warp a row, dout and out through at.out.
-__global__ void pack_dout_kernel(const float* out, const float* dout, const kernels::AttentionLayout at, int64_t Tp,
-                                 int D, bf16* dst, float* delta) {
+template <class X>
+__global__ void pack_dout_kernel(const X* out, const X* dout, const kernels::AttentionLayout at, int64_t Tp, int D,
+                                 bf16* dst, float* delta) {
   const int64_t rows = at.B * at.H * Tp;
   const int64_t first = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32;
   const int64_t step = int64_t{gridDim.x} * blockDim.x / 32;
@@ -330,12 +352,12 @@ __global__ void pack_dout_kernel(const float* out, const float* dout, const kern
     for (int c = 2 * lane(); c < D; c += 64) {  // two columns a lane
       float g0 = 0.f, g1 = 0.f;
       if (real && c < w) {
-        g0 = dout[at_row + c];
-        s = fmaf(g0, out[at_row + c], s);
+        g0 = wide(dout[at_row + c]);
+        s = fmaf(g0, wide(out[at_row + c]), s);
       }
       if (real && c + 1 < w) {
-        g1 = dout[at_row + c + 1];
-        s = fmaf(g1, out[at_row + c + 1], s);
+        g1 = wide(dout[at_row + c + 1]);
+        s = fmaf(g1, wide(out[at_row + c + 1]), s);
       }
       reinterpret_cast<uint32_t*>(dst + row * D)[c / 2] = pack(g0, g1);
     }
@@ -349,9 +371,9 @@ __global__ void pack_dout_kernel(const float* out, const float* dout, const kern
 
 // out (rows of at.out, dv columns) and lse (heads, Tq) from the packed q (heads, Tqp, D), k and v
 // (heads, Tkp, D): a block per head and 64 queries.
-template <int D>
+template <int D, class X>
 __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
-    forward_kernel(const bf16* q, const bf16* k, const bf16* v, float* out, float* lse, const kernels::AttentionLayout at,
+    forward_kernel(const bf16* q, const bf16* k, const bf16* v, X* out, float* lse, const kernels::AttentionLayout at,
                    bool causal, float scale, int64_t tiles) {
   using S = Tiles<D>;
   constexpr int N = S::stream;
@@ -440,10 +462,10 @@ __device__ inline float lse2_at(const float* lse, int64_t hi, int64_t Tq, int64_
 
 // dk, dv (rows of at.dk, at.dv_) from the packed q, k, v, dout and delta: a block per head and 64
 // keys, the query tiles streaming.
-template <int D>
+template <int D, class X>
 __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks - 1)
     dkdv_kernel(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,
-                float* dk, float* dv, const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
+                X* dk, X* dv, const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
   using S = Tiles<D>;
   constexpr int N = S::stream;
   extern __shared__ uint4 shared16[];
@@ -527,10 +549,10 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks - 1)
 
 // dq (rows of at.dq) from the packed q, k, v, dout and delta: a block per head and 64 queries, the
 // key tiles streaming.
-template <int D>
+template <int D, class X>
 __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
     dq_kernel(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,
-              float* dq, const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
+              X* dq, const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
   using S = Tiles<D>;
   constexpr int N = S::stream;
   extern __shared__ uint4 shared16[];
@@ -603,79 +625,91 @@ unsigned grid_of(int64_t heads, int64_t rows, int64_t* tiles) {
   return static_cast<unsigned>(heads * *tiles);
 }
 
-// The packed bf16 copy of one operand: (heads, Tp, D).
+// The packed bf16 copy of one operand (f32 or bf16, X): (heads, Tp, D).
+template <class X>
 Tensor packed(const Tensor& x, const kernels::HeadRows& rows, const kernels::AttentionLayout& at, int64_t T, int64_t w,
               int D) {
   const int64_t heads = at.B * at.H, Tp = padded(T);
   Tensor p = Tensor::empty(Shape{heads, Tp, D}, DType::bf16, x.device());
-  pack_kernel<<<blocks_for(heads * Tp * (D / 8), 256), 256, 0, stream_for(x)>>>(
-      cdata<float>(x), rows, at.H, heads, T, Tp, static_cast<int>(w), D, mdata<bf16>(p));
+  pack_kernel<X><<<blocks_for(heads * Tp * (D / 8), 256), 256, 0, stream_for(x)>>>(
+      cdata<X>(x), rows, at.H, heads, T, Tp, static_cast<int>(w), D, mdata<bf16>(p));
   TG_CUDA_CHECK_LAUNCH();
   return p;
 }
 
-template <int D>
+template <int D, class X>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at, bool causal,
              float scale, Tensor& out, Tensor& lse) {
-  const Tensor qp = packed(q, at.q, at, at.Tq, at.d, D), kp = packed(k, at.k, at, at.Tk, at.d, D),
-               vp = packed(v, at.v, at, at.Tk, at.dv, D);
+  const Tensor qp = packed<X>(q, at.q, at, at.Tq, at.d, D), kp = packed<X>(k, at.k, at, at.Tk, at.d, D),
+               vp = packed<X>(v, at.v, at, at.Tk, at.dv, D);
   int64_t tiles = 0;
   const unsigned grid = grid_of(at.B * at.H, at.Tq, &tiles);
   const size_t bytes = sizeof(bf16) * (Tiles<D>::own + 4 * Tiles<D>::tile);
-  allow_shared(forward_kernel<D>, bytes);
-  forward_kernel<D><<<grid, kThreads, bytes, stream_for(q)>>>(cdata<bf16>(qp), cdata<bf16>(kp), cdata<bf16>(vp),
-                                                              mdata<float>(out), mdata<float>(lse), at, causal, scale,
-                                                              tiles);
+  allow_shared(forward_kernel<D, X>, bytes);
+  forward_kernel<D, X><<<grid, kThreads, bytes, stream_for(q)>>>(cdata<bf16>(qp), cdata<bf16>(kp), cdata<bf16>(vp),
+                                                                 mdata<X>(out), mdata<float>(lse), at, causal, scale,
+                                                                 tiles);
   TG_CUDA_CHECK_LAUNCH();
 }
 
-template <int D>
+template <int D, class X>
 void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
               const Tensor& lse, const kernels::AttentionLayout& at, bool causal, float scale, Tensor& dq, Tensor& dk,
               Tensor& dv) {
   const cudaStream_t stream = stream_for(q);
   const int64_t heads = at.B * at.H, Tqp = padded(at.Tq);
-  const Tensor qp = packed(q, at.q, at, at.Tq, at.d, D), kp = packed(k, at.k, at, at.Tk, at.d, D),
-               vp = packed(v, at.v, at, at.Tk, at.dv, D);
+  const Tensor qp = packed<X>(q, at.q, at, at.Tq, at.d, D), kp = packed<X>(k, at.k, at, at.Tk, at.d, D),
+               vp = packed<X>(v, at.v, at, at.Tk, at.dv, D);
   Tensor gp = Tensor::empty(Shape{heads, Tqp, D}, DType::bf16, q.device());
   Tensor delta = Tensor::empty(Shape{heads, Tqp}, DType::f32, q.device());
-  pack_dout_kernel<<<blocks_for(heads * Tqp * 32, 256), 256, 0, stream>>>(cdata<float>(out), cdata<float>(dout), at,
-                                                                         Tqp, D, mdata<bf16>(gp), mdata<float>(delta));
+  pack_dout_kernel<X><<<blocks_for(heads * Tqp * 32, 256), 256, 0, stream>>>(cdata<X>(out), cdata<X>(dout), at, Tqp, D,
+                                                                            mdata<bf16>(gp), mdata<float>(delta));
   TG_CUDA_CHECK_LAUNCH();
   int64_t key_tiles = 0, query_tiles = 0;
   const unsigned key_grid = grid_of(heads, at.Tk, &key_tiles), query_grid = grid_of(heads, at.Tq, &query_tiles);
   const size_t dkdv_bytes = sizeof(bf16) * (2 * Tiles<D>::own + 4 * Tiles<D>::tile) + sizeof(float) * 4 * Tiles<D>::stream;
-  allow_shared(dkdv_kernel<D>, dkdv_bytes);
+  allow_shared(dkdv_kernel<D, X>, dkdv_bytes);
   if (key_grid > 0) {
-    dkdv_kernel<D><<<key_grid, kThreads, dkdv_bytes, stream>>>(cdata<bf16>(qp), cdata<bf16>(kp), cdata<bf16>(vp),
-                                                               cdata<bf16>(gp), cdata<float>(lse), cdata<float>(delta),
-                                                               mdata<float>(dk), mdata<float>(dv), at, causal, scale,
-                                                               key_tiles);
+    dkdv_kernel<D, X><<<key_grid, kThreads, dkdv_bytes, stream>>>(cdata<bf16>(qp), cdata<bf16>(kp), cdata<bf16>(vp),
+                                                                  cdata<bf16>(gp), cdata<float>(lse), cdata<float>(delta),
+                                                                  mdata<X>(dk), mdata<X>(dv), at, causal, scale,
+                                                                  key_tiles);
     TG_CUDA_CHECK_LAUNCH();
   }
   const size_t dq_bytes = sizeof(bf16) * (2 * Tiles<D>::own + 4 * Tiles<D>::tile);
-  allow_shared(dq_kernel<D>, dq_bytes);
+  allow_shared(dq_kernel<D, X>, dq_bytes);
   if (query_grid > 0) {
-    dq_kernel<D><<<query_grid, kThreads, dq_bytes, stream>>>(cdata<bf16>(qp), cdata<bf16>(kp), cdata<bf16>(vp),
-                                                             cdata<bf16>(gp), cdata<float>(lse), cdata<float>(delta),
-                                                             mdata<float>(dq), at, causal, scale, query_tiles);
+    dq_kernel<D, X><<<query_grid, kThreads, dq_bytes, stream>>>(cdata<bf16>(qp), cdata<bf16>(kp), cdata<bf16>(vp),
+                                                                cdata<bf16>(gp), cdata<float>(lse), cdata<float>(delta),
+                                                                mdata<X>(dq), at, causal, scale, query_tiles);
     TG_CUDA_CHECK_LAUNCH();
   }
+}
+
+// f(D, X) for D = 64 or 128 and X the operands' storage (f32, bf16)
+template <class F>
+void dispatch(int D, DType x, F&& f) {
+  auto with_d = [&]<class X>() {
+    if (D == 64) f.template operator()<64, X>();
+    else f.template operator()<128, X>();
+  };
+  if (x == DType::bf16) with_d.template operator()<bf16>();
+  else with_d.template operator()<float>();
 }
 
 }  // namespace
 
 void flash_bf16_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at, int D,
                         bool causal, double scale, Tensor& out, Tensor& lse) {
-  if (D == 64) return forward<64>(q, k, v, at, causal, static_cast<float>(scale), out, lse);
-  return forward<128>(q, k, v, at, causal, static_cast<float>(scale), out, lse);
+  dispatch(D, q.dtype(), [&]<int kD, class X>() { forward<kD, X>(q, k, v, at, causal, static_cast<float>(scale), out, lse); });
 }
 
 void flash_bf16_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                          const Tensor& lse, const kernels::AttentionLayout& at, int D, bool causal, double scale,
                          Tensor& dq, Tensor& dk, Tensor& dv) {
-  if (D == 64) return backward<64>(q, k, v, out, dout, lse, at, causal, static_cast<float>(scale), dq, dk, dv);
-  return backward<128>(q, k, v, out, dout, lse, at, causal, static_cast<float>(scale), dq, dk, dv);
+  dispatch(D, q.dtype(), [&]<int kD, class X>() {
+    backward<kD, X>(q, k, v, out, dout, lse, at, causal, static_cast<float>(scale), dq, dk, dv);
+  });
 }
 
 }  // namespace tapegrad::cuda

@@ -171,15 +171,16 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
   const long long step_a = batched < 0 ? 0 : p.stride_a[at], step_b = batched < 0 ? 0 : p.stride_b[at],
                   step_out = batched < 0 ? 0 : p.stride_out[at];
   constexpr int64_t kMaxCount = 65535;  // products per call
-  // T: the operands' type; O: out's (f32 for bf16 operands, whose products cuBLAS sums in f32 on
-  // the tensor cores)
+  // T: the operands' type; O: out's (f32 or bf16 for bf16 operands, whose products cuBLAS sums in
+  // f32 on the tensor cores, rounding a bf16 out once); S: the scalars', the sums' type
   auto launch = [&]<class T, class O>() {
     constexpr bool f64 = std::is_same_v<T, double>, bf16 = std::is_same_v<T, __nv_bfloat16>;
+    using S = std::conditional_t<f64, double, float>;
     const cudaDataType type = f64 ? CUDA_R_64F : bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    const cudaDataType out_type = f64 ? CUDA_R_64F : CUDA_R_32F;
+    const cudaDataType out_type = f64 ? CUDA_R_64F : std::is_same_v<O, __nv_bfloat16> ? CUDA_R_16BF : CUDA_R_32F;
     const cublasComputeType_t compute =
         f64 ? CUBLAS_COMPUTE_64F : allow_tf32() && !bf16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    const O one = 1, zero = 0;
+    const S one = 1, zero = 0;
     const CublasApi& cublas = cublas_api();
     cublasHandle_t handle = cublas_for(ctx);
     for (int64_t call = 0; call < p.products() / count; ++call) {
@@ -214,7 +215,8 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
       }
     }
   };
-  if (a.dtype() == DType::bf16) launch.template operator()<__nv_bfloat16, float>();  // the plan checked out is f32
+  if (a.dtype() == DType::bf16 && out.dtype() == DType::bf16) launch.template operator()<__nv_bfloat16, __nv_bfloat16>();
+  else if (a.dtype() == DType::bf16) launch.template operator()<__nv_bfloat16, float>();  // the plan checked out
   else dispatch_float("matmul", a.dtype(), [&]<class T>() { launch.template operator()<T, T>(); });
 }
 

@@ -1,5 +1,8 @@
 // The attention kernels' facades (kernels.hpp): dispatch on the tensors' device to cpu::
 // (cpu/attention.cpp) or cuda:: (src/cuda/attention.cu).
+#include <deque>
+#include <utility>
+
 #include "tapegrad/config.hpp"
 #include "tapegrad/kernels/cpu/cpu_kernels.hpp"
 #include "tapegrad/kernels/kernels.hpp"
@@ -103,10 +106,50 @@ bool device_takes(const Tensor& q, const AttentionLayout& at) {
 
 }  // namespace
 
+namespace {
+
+// bf16 operands where no kernel takes them (the CPU, CUDA's heads over 128): f32 copies through
+// the f32 path, the results rounded back to bf16 (Note [bf16 activations] in ops/autocast.hpp).
+// Operands that share their bytes (q, k and v in one qkv) share one copy.
+class Widened {
+ public:
+  const Tensor& of(const Tensor& t) {
+    for (auto& [bytes, wide] : copies_)
+      if (bytes == t.raw_data()) return wide;
+    Tensor wide = Tensor::empty(t.shape(), DType::f32, t.device());
+    cast(t, wide);
+    copies_.emplace_back(t.raw_data(), std::move(wide));
+    return copies_.back().second;
+  }
+  // An f32 result for t to be written into, shared as t's bytes are
+  Tensor& result(Tensor& t) {
+    for (auto& r : results_)
+      if (r.first->raw_data() == t.raw_data()) return r.second;
+    results_.emplace_back(&t, Tensor::empty(t.shape(), DType::f32, t.device()));
+    return results_.back().second;
+  }
+  // the results, rounded into their bf16 tensors
+  void round_back() {
+    for (auto& [t, wide] : results_) cast(wide, *t);
+  }
+
+ private:
+  std::deque<std::pair<const void*, Tensor>> copies_;  // a deque: the references handed out stay valid
+  std::deque<std::pair<Tensor*, Tensor>> results_;
+};
+
+}  // namespace
+
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayout& at, bool causal,
                        double scale, Tensor& out, Tensor& lse, AttentionProducts products) {
   common_device("scaled_dot_product_attention", {&q, &k, &v, &out, &lse});
   if (device_takes(q, at)) TG_ATTENTION_CUDA(attention_forward(q, k, v, at, causal, scale, out, lse, products));
+  if (q.dtype() == DType::bf16) {
+    Widened w;
+    attention_forward(w.of(q), w.of(k), w.of(v), at, causal, scale, w.result(out), lse, products);
+    w.round_back();
+    return;
+  }
   if (at.is_contiguous()) return attention_forward(q, k, v, causal, scale, out, lse);
   Tensor o = Tensor::empty(Shape{at.B, at.H, at.Tq, at.dv}, out.dtype(), out.device());
   attention_forward(gathered(q, at.q, at.B, at.H, at.Tq, at.d), gathered(k, at.k, at.B, at.H, at.Tk, at.d),
@@ -120,6 +163,13 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   common_device("scaled_dot_product_attention_backward", {&q, &k, &v, &out, &dout, &lse, &delta, &dq, &dk, &dv});
   if (device_takes(q, at))
     TG_ATTENTION_CUDA(attention_backward(q, k, v, out, dout, lse, at, causal, scale, delta, dq, dk, dv, products));
+  if (q.dtype() == DType::bf16) {
+    Widened w;
+    attention_backward(w.of(q), w.of(k), w.of(v), w.of(out), w.of(dout), lse, at, causal, scale, delta, w.result(dq),
+                       w.result(dk), w.result(dv), products);
+    w.round_back();
+    return;
+  }
   if (at.is_contiguous()) return attention_backward(q, k, v, out, dout, lse, causal, scale, delta, dq, dk, dv);
   const int64_t B = at.B, H = at.H;
   Tensor gq = Tensor::empty(Shape{B, H, at.Tq, at.d}, dq.dtype(), dq.device());

@@ -62,6 +62,14 @@ void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy
   TG_DISPATCH(unary_name(op), unary_backward(op, x, y, dy, dx), &x, &y, &dy, &dx);
 }
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
+  if (a.dtype() == DType::bf16 || b.dtype() == DType::bf16 || out.dtype() == DType::bf16) {  // Note [bf16 elementwise]
+    auto narrow = [](DType t) { return t == DType::f32 || t == DType::bf16; };
+    if (!(a.shape() == b.shape() && a.shape() == out.shape()) || !narrow(a.dtype()) || !narrow(b.dtype()) ||
+        !narrow(out.dtype()))
+      throw Error(std::string("[") + binary_name(op) + "] bf16 takes f32 and bf16 of one shape: got " + a.shape().str() +
+                  " " + dtype_name(a.dtype()) + ", " + b.shape().str() + " " + dtype_name(b.dtype()) + " into " +
+                  out.shape().str() + " " + dtype_name(out.dtype()));
+  }
   TG_DISPATCH(binary_name(op), binary(op, a, b, out), &a, &b, &out);
 }
 void scale(const Tensor& x, double s, Tensor& y) { TG_DISPATCH("scale", scale(x, s, y), &x, &y); }

@@ -37,6 +37,8 @@ void unary(Unary op, const Tensor& x, Tensor& y);  // y = f(x), f the op's funct
 void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
 // out = a op b (binary_ops.hpp); a and b broadcast to out's shape (NumPy rules; equal shapes are
 // the flat, fastest case).
+// bf16 (Note [bf16 elementwise] in cpu/elementwise.cpp): unary ops of bf16 tensors compute in f32
+// and round once; a binary op takes any mix of f32 and bf16 among a, b and out, of equal shapes.
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out);
 void scale(const Tensor& x, double s, Tensor& y);  // y = x * s
 
@@ -71,8 +73,9 @@ void clamp_backward(const Tensor& x, double lo, double hi, const Tensor& dy, Ten
 // repeats); every product of the broadcast batch lands in its out matrix, and the products that
 // land in the same one (along an axis where out has size 1 or none and a or b more) are summed.
 // That is a batched product and both its gradients: da = sum over b's repeats of dy @ b^T. f32 and
-// f64, or bf16 operands with an f32 out (autocast's products: each product of two bf16 values is
-// exact in f32, the sums are f32's; the CPU widens the operands and runs its f32 product), through BLAS on the CPU (OpenBLAS, Note [BLAS threads] in cpu/linalg.cpp) and cuBLAS on
+// f64, or bf16 operands with an f32 or bf16 out (autocast's products: each product of two bf16
+// values is exact in f32, the sums are f32's, a bf16 out is the f32 result rounded once; the CPU
+// widens the operands and runs its f32 product), through BLAS on the CPU (OpenBLAS, Note [BLAS threads] in cpu/linalg.cpp) and cuBLAS on
 // CUDA: their rounding (fused multiply-adds, their own blocking), the same bits on every run of one
 // machine, and on the CPU for every thread count. Shapes that do not fit are an error naming them.
 void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out);

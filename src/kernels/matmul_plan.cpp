@@ -102,13 +102,14 @@ MatmulPlan plan_matmul(const char* op, const Shape& a, bool ta, const Shape& b, 
 }
 
 MatmulPlan plan_matmul(const char* op, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& out) {
-  const bool mixed = a.dtype() == DType::bf16 && b.dtype() == DType::bf16 && out.dtype() == DType::f32;
+  const bool mixed = a.dtype() == DType::bf16 && b.dtype() == DType::bf16 &&
+                     (out.dtype() == DType::f32 || out.dtype() == DType::bf16);
   const bool same = a.dtype() == b.dtype() && a.dtype() == out.dtype() &&
                     (a.dtype() == DType::f32 || a.dtype() == DType::f64);
   if (!mixed && !same)
     refuse(op, a.shape(), ta, b.shape(), tb, out.shape(),
            std::string("dtypes do not fit (") + dtype_name(a.dtype()) + ", " + dtype_name(b.dtype()) + ", " +
-               dtype_name(out.dtype()) + "; the products take one float dtype, or bf16 operands into f32)");
+               dtype_name(out.dtype()) + "; the products take one float dtype, or bf16 operands into f32 or bf16)");
   return plan_matmul(op, a.shape(), ta, b.shape(), tb, out.shape());
 }
 

@@ -1,23 +1,36 @@
-// Autocast: a scope inside which matrix products of f32 operands compute in bf16.
+// Autocast: a scope inside which matrix products compute in bf16 and return bf16 activations.
 //
 // Note [autocast]
-// torch.autocast's idea, for the products only: inside an ops::Autocast scope (thread-local, like
-// PyTorch's), ops::matmul and ops::linear of f32 operands multiply bf16 copies of them (rounded
-// to nearest even) on the tensor cores, summing in f32 into an f32 result. Their backward rounds
-// dy to bf16 as well and writes f32 gradients from f32 sums: dx = bf16(dy) @ bf16(W), dW =
-// bf16(dy)^T @ bf16(x). linear_cross_entropy's products are bf16 the same way (its softmax and
-// losses f32, its dz = softmax - onehot rounded to bf16 as it enters the gradients' products).
+// torch.autocast's idea: inside an ops::Autocast scope (thread-local, like PyTorch's), ops::matmul
+// and ops::linear of f32 operands multiply bf16 copies of them (rounded to nearest even) on the
+// tensor cores, summing in f32, and return the result rounded to bf16 (Note [bf16 activations]).
+// Their backward writes each gradient in its operand's dtype from f32 sums: dx = dy @ bf16(W)
+// (bf16 for a bf16 x, f32 for an f32 one), dW = dy^T @ bf16(x) in f32 for an f32 parameter.
+// linear_cross_entropy's products are bf16 the same way (its softmax and losses f32, its dz =
+// softmax - onehot rounded to bf16 as it enters the gradients' products, x and W f32).
 // qkv_attention's and scaled_dot_product_attention's products on CUDA's flash kernels go to the
-// tensor cores (Note [bf16 flash attention] in src/cuda/flash_bf16.cu: Q, K, V, P and dS rounded to
-// bf16 as they enter a product; the softmax and every sum f32; the CPU's attention stays f32).
-// Everything else (norms, the optimizer) stays f32, and parameters stay f32 (master weights). A
-// product is decided
-// when it is recorded: its backward computes as its forward did, scope or not.
-// Where this differs from torch.autocast: PyTorch's products return bf16 and its elementwise ops
-// then run in bf16; here every activation stays f32, a gradient is never rounded to bf16 on its
-// way out of a product, and the cost is f32 activations' memory and bandwidth.
-// f64 operands are never cast (an f64 model is a checking tool); on the CPU the products widen the
+// tensor cores (Note [bf16 flash attention] in src/cuda/flash_bf16.cu: Q, K, V, P and dS in bf16
+// as they enter a product; the softmax and every sum f32; the CPU's attention computes in f32).
+// Parameters stay f32 (master weights), and so do the optimizer and its state. A product is
+// decided when it is recorded: its backward computes as its forward did, scope or not. f64
+// operands are never cast (an f64 model is a checking tool); on the CPU the products widen the
 // bf16 copies and run the f32 BLAS, the reference the CUDA path is tested against.
+//
+// Note [bf16 activations]
+// What the products return is bf16, as under torch.autocast, and the ops after them take it:
+// - the unary ops (gelu, relu, ...) of a bf16 x return bf16, computed in f32 and rounded once, and
+//   so does their backward (Note [bf16 elementwise] in src/kernels/cpu/elementwise.cpp);
+// - a binary op promotes: bf16 with bf16 gives bf16, f32 with bf16 gives f32 (the f32 residual
+//   stream plus a product's bf16 output stays f32), f64 with bf16 is an error; each operand's
+//   gradient comes back in its own dtype. Equal shapes run one fused kernel; a bf16 operand of a
+//   broadcast is cast to f32 first (a recorded to());
+// - the attention ops take bf16 operands and return bf16 (lse f32);
+// - layer_norm and rms_norm normalise a bf16 x in f32 (a recorded to(), as torch.autocast runs its
+//   norms in f32), and dropout drops a bf16 x in f32 and rounds it back;
+// - every other op wants f32 or f64 and says so ("[sum] input must be f64 or f32, got bf16");
+//   ops::to(x, DType::f32) widens an activation for it.
+// A product reads a bf16 operand as it is (no copy), so a chain of products and activations moves
+// half the bytes of f32 and makes no casts: nanoGPT's block casts only what its norms write.
 #pragma once
 
 #include "tapegrad/tensor/dtype.hpp"

@@ -1,5 +1,6 @@
 // The N-d helpers of op front-ends (common.hpp).
 #include "tapegrad/ops/common.hpp"
+#include "tapegrad/ops/ops.hpp"
 
 namespace tapegrad::ops::detail {
 
@@ -43,6 +44,16 @@ Tensor operand(const Tensor& v, DType compute) {
   kernels::cast(v, c);
   return c;
 }
+
+DType promote(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.dtype() == b.dtype()) return a.dtype();
+  const bool narrow = (a.dtype() == DType::f32 && b.dtype() == DType::bf16) ||
+                      (a.dtype() == DType::bf16 && b.dtype() == DType::f32);
+  if (!narrow) same_dtype(op, a, b);  // the error
+  return DType::f32;
+}
+
+Var widened(Var x) { return x.defined() && x.dtype() == DType::bf16 ? to(x, DType::f32) : x; }
 
 Tensor sum_to(const Tensor& g, const Shape& shape) {
   if (g.shape() == shape) return g;

@@ -30,6 +30,12 @@ inline void need_float(const char* op, const char* what, const Tensor& t) {
     throw Error(std::string("[") + op + "] " + what + " must be f64 or f32, got " + dtype_name(t.dtype()));
 }
 
+// need_float, or bf16 (an autocast activation, Note [bf16 activations] in autocast.hpp)
+inline void need_float_or_bf16(const char* op, const char* what, const Tensor& t) {
+  if (t.dtype() != DType::f64 && t.dtype() != DType::f32 && t.dtype() != DType::bf16)
+    throw Error(std::string("[") + op + "] " + what + " must be f64, f32 or bf16, got " + dtype_name(t.dtype()));
+}
+
 inline void need_index(const char* op, const char* what, const Tensor& t) {
   if (!is_integer(t.dtype()))
     throw Error(std::string("[") + op + "] " + what + " must be i32 or i64 indices, got " + dtype_name(t.dtype()));
@@ -66,5 +72,11 @@ Tensor host_ints(const std::vector<int64_t>& values);
 std::vector<int64_t> ints_of(const Tensor& t);
 // The operand a product multiplies: v itself, or its copy in the compute dtype (Note [autocast]).
 Tensor operand(const Tensor& v, DType compute);
+// The dtype of an elementwise result of a and b (Note [bf16 activations]): theirs when they agree,
+// f32 for f32 with bf16; f64 with anything else is "[op] dtypes differ: f64 and bf16".
+DType promote(const char* op, const Tensor& a, const Tensor& b);
+// x, or x cast to f32 by a recorded to() when it is bf16: how an op with no bf16 kernel takes an
+// autocast activation (its result f32, as torch.autocast's f32 ops give).
+Var widened(Var x);
 
 }  // namespace tapegrad::ops::detail

@@ -13,7 +13,9 @@ using kernels::Unary;
 namespace {
 
 // dk = sum over broadcast axes of F::dk(a, b, y, dy), the functor's partials (binary_ops.hpp).
-// add, sub and mul of equal shapes skip the partials' kernel: dy itself, -dy, dy * other.
+// add, sub and mul of equal shapes skip the partials' kernel: dy itself, -dy, dy * other. With
+// bf16 (Note [bf16 activations] in autocast.hpp; equal shapes) the partials' kernel runs on f32
+// copies, and each gradient is cast to its operand's dtype.
 template <Binary kind>
 void binary_rule(BackwardContext& ctx) {
   const Tensor& dy = ctx.grad_output();
@@ -30,22 +32,32 @@ void binary_rule(BackwardContext& ctx) {
       full = like(dy);
       kernels::binary(Binary::mul, dy, ctx.input(1 - k), full);
     } else {
-      full = like(dy);
-      kernels::binary_backward(kind, k, ctx.input(0), ctx.input(1), ctx.output(), dy, full);
+      const DType wide = dy.dtype() == DType::bf16 ? DType::f32 : dy.dtype();
+      full = Tensor::empty(dy.shape(), wide, dy.device());
+      kernels::binary_backward(kind, k, operand(ctx.input(0), wide), operand(ctx.input(1), wide),
+                               operand(ctx.output(), wide), operand(dy, wide), full);
     }
-    ctx.accumulate(k, sum_to(full, in.shape()));
+    ctx.accumulate(k, operand(sum_to(full, in.shape()), in.dtype()));
   }
 }
 
+// Operands of one float dtype, or f32 and bf16 (Note [bf16 activations]): f32 with bf16 gives f32,
+// bf16 with bf16 bf16; bf16 of unequal shapes broadcast in f32, through recorded casts.
 template <Binary kind>
 Var binary_op(Var a, Var b) {
   const char* op = kernels::binary_name(kind);
   Graph& g = graph_of(op, {a, b});
   const Tensor& x = a.value();
   const Tensor& y = b.value();
-  need_float(op, "input", x);
-  same_dtype(op, x, y);
-  Tensor out = empty_on(broadcast_shapes(op, x.shape(), y.shape()), x);
+  need_float_or_bf16(op, "input", x);
+  need_float_or_bf16(op, "input", y);
+  const DType result = promote(op, x, y);
+  const Shape shape = broadcast_shapes(op, x.shape(), y.shape());
+  if ((x.dtype() == DType::bf16 || y.dtype() == DType::bf16) && !(x.shape() == y.shape())) {
+    Var wide = binary_op<kind>(widened(a), widened(b));
+    return result == DType::bf16 ? to(wide, DType::bf16) : wide;
+  }
+  Tensor out = Tensor::empty(shape, result, x.device());
   kernels::binary(kind, x, y, out);
   return g.record(op, std::move(out), {a, b}, &binary_rule<kind>);
 }
@@ -55,7 +67,7 @@ template <Unary kind>
 Var unary_op(Var x) {
   const char* op = kernels::unary_name(kind);
   Graph& g = graph_of(op, {x});
-  need_float(op, "input", x.value());
+  need_float_or_bf16(op, "input", x.value());  // bf16: computed in f32, rounded once (Note [bf16 elementwise])
   Tensor out = like(x.value());
   kernels::unary(kind, x.value(), out);
   return g.record(op, std::move(out), {x}, [](BackwardContext& ctx) {

@@ -41,6 +41,26 @@ Shape product_shape(const Shape& a, const Shape& b, const Shape& shown_a, const 
   return Shape(dims.begin(), dims.begin() + batch + 2);
 }
 
+// The dtype a product of x and w computes in and returns (Note [bf16 activations] in
+// autocast.hpp): f64 for f64 operands; bf16 where either is bf16 or an Autocast scope is open;
+// else f32. f64 with another dtype is an error naming both.
+DType product_dtype(const char* op, const Tensor& x, const Tensor& w) {
+  need_float_or_bf16(op, "input", x);
+  need_float_or_bf16(op, "weight", w);
+  if (x.dtype() == DType::f64 || w.dtype() == DType::f64) {
+    same_dtype(op, x, w);
+    return DType::f64;
+  }
+  if (x.dtype() == DType::bf16 || w.dtype() == DType::bf16) return DType::bf16;
+  return compute_dtype(DType::f32);
+}
+
+// The copies a product's backward reads in place of its operands: each operand's copy in the
+// compute dtype where the forward made one, else undefined (the input itself).
+std::array<Tensor, 2> saved_copies(const Tensor& x, const Tensor& xc, const Tensor& w, const Tensor& wc) {
+  return {xc.dtype() != x.dtype() ? xc : Tensor(), wc.dtype() != w.dtype() ? wc : Tensor()};
+}
+
 }  // namespace
 
 // a (..., n, k) @ b (..., k, m) -> (..., n, m), the batch axes broadcast; a 1-D a (k,) or b (k,)
@@ -56,24 +76,20 @@ Var matmul(Var a, Var b) {
   if (x.ndim() == 0 || w.ndim() == 0)
     throw Error("[matmul] cannot multiply " + x.shape().str() + " by " + w.shape().str() +
                 ": both must have at least 1 dimension (scale multiplies by a number)");
-  need_float("matmul", "input", x);
-  same_dtype("matmul", x, w);
+  // bf16 copies of f32 operands under autocast, saved for the backward; the result in the compute
+  // dtype (Note [bf16 activations])
+  const DType compute = product_dtype("matmul", x, w);
   const Shape matrices = product_shape(as_rows(x.shape()), as_columns(w.shape()), x.shape(), w.shape());
   Shape shape(matrices.begin(), matrices.end() - 2);
   if (x.ndim() > 1) shape.push_back(matrices[matrices.ndim() - 2]);
   if (w.ndim() > 1) shape.push_back(matrices[matrices.ndim() - 1]);
-  Tensor out = Tensor::empty(shape, x.dtype(), x.device());
+  Tensor out = Tensor::empty(shape, compute, x.device());
   Tensor out_matrices = out.reshape(matrices);
-  // inside an Autocast scope, bf16 copies of f32 operands, saved for the backward (Note [autocast])
-  const DType compute = compute_dtype(x.dtype());
   const Tensor xc = operand(x, compute), wc = operand(w, compute);
   kernels::matmul(xc.reshape(as_rows(x.shape())), false, wc.reshape(as_columns(w.shape())), false, out_matrices);
-  std::array<Tensor, 2> saved;
-  if (compute != x.dtype()) saved = {xc, wc};
   return g.record("matmul", std::move(out), {a, b}, [](BackwardContext& ctx) {
-    const bool cast = ctx.saved(0).defined();
-    const Tensor& xc = cast ? ctx.saved(0) : ctx.input(0);
-    const Tensor& wc = cast ? ctx.saved(1) : ctx.input(1);
+    const Tensor& xc = ctx.saved(0).defined() ? ctx.saved(0) : ctx.input(0);
+    const Tensor& wc = ctx.saved(1).defined() ? ctx.saved(1) : ctx.input(1);
     const Tensor x = xc.reshape(as_rows(xc.shape())), w = wc.reshape(as_columns(wc.shape()));
     const Shape dy_shape = product_shape(x.shape(), w.shape(), x.shape(), w.shape());
     const Tensor dy = operand(ctx.grad_output(), xc.dtype()).reshape(dy_shape);
@@ -87,7 +103,7 @@ Var matmul(Var a, Var b) {
       kernels::matmul(x, true, dy, false, dw);
       ctx.accumulate(1, dw.reshape(ctx.input(1).shape()));
     }
-  }, std::move(saved));
+  }, saved_copies(x, xc, w, wc));
 }
 
 // x (n, m) + b (m,) -> (n, m);  dx = dy, db = sum_i dy[i] (m,)
@@ -176,8 +192,7 @@ Var linear(Var x, Var w, Var b) {
   Graph& g = bias ? graph_of("linear", {x, w, b}) : graph_of("linear", {x, w});
   const Tensor& v = x.value();
   const Tensor& W = w.value();
-  need_float("linear", "input", v);
-  same_dtype("linear", v, W);
+  const DType compute = product_dtype("linear", v, W);  // and the result's (Note [bf16 activations])
   if (W.ndim() != 2) throw Error("[linear] the weight must be 2-D (out, in), got shape " + W.shape().str());
   if (v.ndim() == 0 || v.dim(v.ndim() - 1) != W.dim(1))
     throw Error("[linear] cannot apply a weight of shape " + W.shape().str() + " to x of shape " + v.shape().str() +
@@ -186,26 +201,31 @@ Var linear(Var x, Var w, Var b) {
                                      " features, the weight (out, in) takes " + std::to_string(W.dim(1))));
   if (bias) {
     const Tensor& bv = b.value();
-    same_dtype("linear", v, bv);
+    if (compute == DType::bf16) need_float_or_bf16("linear", "bias", bv);
+    else same_dtype("linear", v, bv);
     if (bv.ndim() != 1 || bv.dim(0) != W.dim(0))
       throw Error("[linear] a bias of shape " + bv.shape().str() + " does not fit the weight " + W.shape().str() +
                   ": it needs (" + std::to_string(W.dim(0)) + ",)");
   }
   Shape shape(v.shape().begin(), v.shape().end() - 1);
   shape.push_back(W.dim(0));
-  Tensor out = Tensor::empty(shape, v.dtype(), v.device());
+  Tensor out = Tensor::empty(shape, compute, v.device());
   Tensor rows = out.reshape(as_matrix_of_rows(shape));
-  // inside an Autocast scope, bf16 copies of f32 x and W, saved for the backward (Note [autocast])
-  const DType compute = compute_dtype(v.dtype());
+  // bf16 copies of f32 x and W under autocast, saved for the backward (Note [bf16 activations])
   const Tensor xc = operand(v, compute).reshape(as_matrix_of_rows(v.shape())), Wc = operand(W, compute);
-  kernels::matmul(xc, false, Wc, true, rows);
-  if (bias) kernels::add_row(rows, b.value(), rows);
-  std::array<Tensor, 2> saved;
-  if (compute != v.dtype()) saved = {xc, Wc};
+  if (bias && compute == DType::bf16) {  // the bias added to the f32 sums, the result rounded once
+    Tensor sums = Tensor::empty(rows.shape(), DType::f32, v.device());
+    kernels::matmul(xc, false, Wc, true, sums);
+    kernels::add_row(sums, operand(b.value(), DType::f32), sums);
+    kernels::cast(sums, rows);
+  } else {
+    kernels::matmul(xc, false, Wc, true, rows);
+    if (bias) kernels::add_row(rows, b.value(), rows);
+  }
   auto backward = [](BackwardContext& ctx) {
-    const bool cast = ctx.saved(0).defined();
-    const Tensor xc = cast ? ctx.saved(0) : ctx.input(0).reshape(as_matrix_of_rows(ctx.input(0).shape()));  // (N, in)
-    const Tensor& Wc = cast ? ctx.saved(1) : ctx.input(1);                                                // (out, in)
+    const Tensor xc = ctx.saved(0).defined() ? ctx.saved(0)
+                                             : ctx.input(0).reshape(as_matrix_of_rows(ctx.input(0).shape()));  // (N, in)
+    const Tensor& Wc = ctx.saved(1).defined() ? ctx.saved(1) : ctx.input(1);                            // (out, in)
     const Tensor dy = ctx.grad_output().reshape(as_matrix_of_rows(ctx.grad_output().shape()));            // (N, out)
     const Tensor dyc = operand(dy, xc.dtype());
     if (ctx.needs_grad(0)) {
@@ -219,13 +239,15 @@ Var linear(Var x, Var w, Var b) {
       ctx.accumulate(1, dW);
     }
     if (ctx.node().inputs.size() == 3 && ctx.needs_grad(2)) {
-      Tensor db = like(ctx.input(2));
-      kernels::sum_rows(dy, db);
-      ctx.accumulate(2, db);
+      const DType sums = ctx.input(2).dtype() == DType::bf16 ? DType::f32 : ctx.input(2).dtype();
+      Tensor db = Tensor::empty(ctx.input(2).shape(), sums, dy.device());
+      kernels::sum_rows(operand(dy, sums), db);
+      ctx.accumulate(2, operand(db, ctx.input(2).dtype()));
     }
   };
-  if (bias) return g.record("linear", std::move(out), {x, w, b}, backward, std::move(saved));
-  return g.record("linear", std::move(out), {x, w}, backward, std::move(saved));
+  const Tensor x_rows = v.reshape(as_matrix_of_rows(v.shape()));
+  if (bias) return g.record("linear", std::move(out), {x, w, b}, backward, saved_copies(x_rows, xc, W, Wc));
+  return g.record("linear", std::move(out), {x, w}, backward, saved_copies(x_rows, xc, W, Wc));
 }
 
 }  // namespace tapegrad::ops

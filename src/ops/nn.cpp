@@ -62,7 +62,11 @@ void rows_backward(BackwardContext& ctx, void (*kernel)(const Tensor&, const Ten
 }  // namespace
 
 // x (s) -> (s), along axis exp(x - max) / sum;  dx = y * (dy - sum_axis(dy * y))
+// A bf16 x (an autocast activation) is widened to f32 first, by a recorded cast, as torch.autocast
+// runs its softmax family in f32 (Note [bf16 activations]): so in log_softmax, logsumexp and
+// cross_entropy.
 Var softmax(Var x, int axis) {
+  x = widened(x);
   need_float("softmax", "input", x.value());
   return along_axis("softmax", x, axis, [](Var v) {
     Graph& g = v.graph();
@@ -80,6 +84,7 @@ Var softmax(Var x, int axis) {
 // x (s) -> (s), along axis (x - max) - log(sum(exp(x - max))) (Note [log-sum-exp rows]);
 // dx = dy - softmax(x) * sum_axis(dy)
 Var log_softmax(Var x, int axis) {
+  x = widened(x);
   need_float("log_softmax", "input", x.value());
   return along_axis("log_softmax", x, axis, [](Var v) {
     Graph& g = v.graph();
@@ -98,6 +103,7 @@ Var log_softmax(Var x, int axis) {
 // with m the axis's largest element held constant (0 where infinite);  dx = dy * softmax(x)
 Var logsumexp(Var x, int axis, bool keepdim) {
   Graph& g = graph_of("logsumexp", {x});
+  x = widened(x);
   need_float("logsumexp", "input", x.value());
   const Tensor& v = x.value();
   const int a = normalize_axis("logsumexp", axis, v.ndim());
@@ -120,6 +126,7 @@ Var logsumexp(Var x, int axis, bool keepdim) {
 // mean, and 0 rows where ignored. One node; the log-probabilities (N, V) are kept for the backward.
 Var cross_entropy(Var logits, Var targets, Reduction reduction, int64_t ignore_index) {
   Graph& g = graph_of("cross_entropy", {logits, targets});
+  logits = widened(logits);
   const Tensor& z = logits.value();
   const Tensor& t = targets.value();
   need_float("cross_entropy", "logits", z);

@@ -1038,6 +1038,54 @@ TEST_CASE("[gpu] scaled_dot_product_attention under autocast: the bf16 kernels, 
   }
 }
 
+// Note [bf16 activations]: the kernels a bf16 model runs, against the CPU's (which compute the
+// same f32 arithmetic on widened values, rounded once).
+TEST_CASE("[gpu] bf16 activations: elementwise kernels, bf16 products and attention against the CPU") {
+  auto bf = [](const Tensor& t) {
+    Tensor h = Tensor::empty(t.shape(), DType::bf16);
+    kernels::cast(t, h);
+    return h;
+  };
+  for (int64_t n : {1, 7, 8, 1000, 100003}) {  // packs of 8 and tails
+    const std::string what = "n " + std::to_string(n);
+    const Tensor x = bf(random(Shape{n}, DType::f32)), y = bf(random(Shape{n}, DType::f32)), f = random(Shape{n}, DType::f32);
+    std::vector<Tensor> args{x, poisoned(Shape{n}, DType::bf16)};
+    auto back = run_both(args, [](std::vector<Tensor>& a) { kernels::unary(Unary::gelu_erf, a[0], a[1]); });
+    check_close(args[1], back[1], 4e-3, what + " gelu bf16");
+    args = {x, bf(random(Shape{n}, DType::f32)), y, poisoned(Shape{n}, DType::bf16)};
+    back = run_both(args, [](std::vector<Tensor>& a) { kernels::unary_backward(Unary::gelu_erf, a[0], a[1], a[2], a[3]); });
+    check_close(args[3], back[3], 4e-3, what + " gelu backward bf16");
+    for (kernels::Binary op : {kernels::Binary::add, kernels::Binary::mul, kernels::Binary::div}) {
+      args = {f, x, poisoned(Shape{n}, DType::f32)};  // f32 op bf16 -> f32: exact on both
+      back = run_both(args, [op](std::vector<Tensor>& a) { kernels::binary(op, a[0], a[1], a[2]); });
+      check_bits(args[2], back[2], what + " f32 " + kernels::binary_name(op) + " bf16");
+      args = {x, y, poisoned(Shape{n}, DType::bf16)};
+      back = run_both(args, [op](std::vector<Tensor>& a) { kernels::binary(op, a[0], a[1], a[2]); });
+      check_bits(args[2], back[2], what + " bf16 " + kernels::binary_name(op) + " bf16");
+    }
+  }
+  // bf16 operands into a bf16 out: the f32 sums rounded once (cuBLAS's and OpenBLAS's sums differ)
+  std::vector<Tensor> args{bf(random(Shape{3, 70, 40}, DType::f32)), bf(random(Shape{40, 90}, DType::f32)),
+                           poisoned(Shape{3, 70, 90}, DType::bf16)};
+  auto back = run_both(args, [](std::vector<Tensor>& a) { kernels::matmul(a[0], false, a[1], false, a[2]); });
+  check_close(args[2], back[2], 1e-2, "matmul bf16 into bf16");
+  // a bf16 model's attention: qkv bf16 in, bf16 out and gradients, against the CPU's f32 path
+  const Tensor qkv = random({2, 150, 3 * 128}, DType::f32, -1, 1), r = random({2, 150, 128}, DType::f32, -1, 1);
+  const Tensor add = random({2, 150, 128}, DType::f32, -1, 1);
+  auto run = [&](Device dev) {
+    Graph g;
+    Var x = g.parameter(bf(qkv).to(dev)), a = g.parameter(add.to(dev));
+    Var y = ops::qkv_attention(x, 2, true, a);
+    CHECK(y.value().dtype() == DType::bf16);
+    g.backward(ops::sum(ops::mul(y, g.input(r.to(dev)))));
+    CHECK(x.grad().dtype() == DType::bf16);
+    return std::vector<Tensor>{y.value().to(kCpu), x.grad().to(kCpu), a.grad().to(kCpu)};
+  };
+  const std::vector<Tensor> cpu = run(kCpu), gpu = run(kGpu);
+  const char* parts[] = {"out", "d qkv", "d value_add"};
+  for (size_t i = 0; i < 3; ++i) check_close(cpu[i], gpu[i], 2e-2, std::string("bf16 qkv_attention ") + parts[i]);
+}
+
 // ---------------------------------------------------------------------------
 // GPU: SGD with momentum, gradient transforms, parameter groups, optimizer state (src/optim)
 

@@ -168,7 +168,7 @@ TEST_CASE("matmul refuses shapes that do not fit, naming them") {
   CHECK(message_of([&] {
           kernels::matmul(Tensor::empty({4, 3}, DType::f32), false, Tensor::empty({3, 5}, t), false, out);
         }) == "[matmul] cannot compute a (4, 3) @ b (3, 5) into out (4, 5): dtypes do not fit (f32, f64, f64; the "
-              "products take one float dtype, or bf16 operands into f32)");
+              "products take one float dtype, or bf16 operands into f32 or bf16)");
   const int64_t huge = int64_t{1} << 31;  // shapes only: no tensor that large is made
   CHECK(message_of([&] { (void)kernels::plan_matmul("matmul", Shape{1, huge}, false, Shape{huge, 1}, false, Shape{1, 1}); }) ==
         "[matmul] cannot compute a (1, 2147483648) @ b (2147483648, 1) into out (1, 1): BLAS takes sizes below 2^31, "

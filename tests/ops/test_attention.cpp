@@ -229,7 +229,7 @@ TEST_CASE("scaled_dot_product_attention's errors name the op, the shapes and the
         "[scaled_dot_product_attention] dtypes differ: f64 and f32");
   CHECK(message_of([&] {
           scaled_dot_product_attention(g.input(Tensor::zeros({2, 3, 4, 8}, DType::i32)), k, v);
-        }) == "[scaled_dot_product_attention] q must be f64 or f32, got i32");
+        }) == "[scaled_dot_product_attention] q must be f64, f32 or bf16, got i32");
   CHECK(message_of([&] { scaled_dot_product_attention(q, p({2, 4, 5, 8}), v); }) ==
         "[scaled_dot_product_attention] q (2, 3, 4, 8) and k (2, 4, 5, 8) differ in axis 1 (heads): 3 and 4; "
         "q (B, H, Tq, d), k (B, H, Tk, d) and v (B, H, Tk, dv) must agree");
@@ -374,7 +374,7 @@ TEST_CASE("qkv_attention's errors name the op and the shapes") {
   CHECK(message_of([&] { ops::qkv_attention(p({5, 24}), 2); }) ==
         "[qkv_attention] qkv must have 3 dimensions, got shape (5, 24)");
   CHECK(message_of([&] { ops::qkv_attention(g.input(Tensor::zeros({2, 5, 24}, DType::i32)), 2); }) ==
-        "[qkv_attention] qkv must be f64 or f32, got i32");
+        "[qkv_attention] qkv must be f64, f32 or bf16, got i32");
   CHECK(message_of([&] { ops::qkv_attention(qkv, 0); }) == "[qkv_attention] heads must be at least 1, got 0");
   CHECK(message_of([&] { ops::qkv_attention(p({2, 5, 25}), 2); }) ==
         "[qkv_attention] qkv (2, 5, 25) must be (B, T, 3C) with C a multiple of 2 heads: its last axis 25 is not 6 "

@@ -110,7 +110,14 @@ TEST_CASE("to(x, bf16) carries the gradient back, rounded to bf16 on its way thr
   same_bits(x.grad(), rounded(c), "dx = bf16(dy), widened");
 }
 
-TEST_CASE("autocast's linear is the f32 linear of operands rounded to bf16, forward and backward") {
+// t rounded to bf16 (a bf16 tensor)
+Tensor to_bf16(const Tensor& t) {
+  Tensor h = Tensor::empty(t.shape(), DType::bf16);
+  kernels::cast(t, h);
+  return h;
+}
+
+TEST_CASE("autocast's linear is the f32 linear of operands rounded to bf16, rounded to bf16, forward and backward") {
   for (const Shape xs : {Shape{6, 8}, Shape{2, 3, 8}}) {
     INFO("x " << xs.str());
     const Tensor x = uniform(xs, 3), W = uniform({5, 8}, 4), b = uniform({5}, 5);
@@ -127,21 +134,18 @@ TEST_CASE("autocast's linear is the f32 linear of operands rounded to bf16, forw
       y = ops::linear(xv, Wv, bv);
     }
     CHECK(ops::autocast_dtype() == DType::f32);
-    CHECK(y.value().dtype() == DType::f32);
+    CHECK(y.value().dtype() == DType::bf16);  // Note [bf16 activations]
+    // dy meets the bf16 y in f32 (a promoted mul): y's gradient is dy rounded to bf16
     g.backward(ops::sum(ops::mul(y, g.input(dy))));  // outside the scope: the product still computes in bf16
-    // f32 on rounded operands (and a rounded dy for the products' gradients)
+    // f32 on rounded operands, rounded once (and a rounded dy for every gradient)
     Graph r;
     Var xr = r.parameter(rounded(x)), Wr = r.parameter(rounded(W)), br = r.parameter(b);
     Var yr = ops::linear(xr, Wr, br);
     r.backward(ops::sum(ops::mul(yr, r.input(rounded(dy)))));
-    same_bits(y.value(), yr.value(), "y");
+    same_bits(y.value(), to_bf16(yr.value()), "y");
     same_bits(xv.grad(), xr.grad(), "dx");
     same_bits(Wv.grad(), Wr.grad(), "dW");
-    // the bias takes dy itself, unrounded: the f32 linear's db
-    Graph f;
-    Var xf = f.parameter(x), Wf = f.parameter(W), bf = f.parameter(b);
-    f.backward(ops::sum(ops::mul(ops::linear(xf, Wf, bf), f.input(dy))));
-    same_bits(bv.grad(), bf.grad(), "db");
+    same_bits(bv.grad(), br.grad(), "db");
   }
 }
 
@@ -159,9 +163,48 @@ TEST_CASE("autocast's matmul is the f32 matmul of operands rounded to bf16, batc
   Var ar = r.parameter(rounded(a)), br = r.parameter(rounded(b));
   Var yr = ops::matmul(ar, br);
   r.backward(ops::sum(ops::mul(yr, r.input(rounded(dy)))));
-  same_bits(y.value(), yr.value(), "y");
+  same_bits(y.value(), to_bf16(yr.value()), "y");
   same_bits(av.grad(), ar.grad(), "da");
   same_bits(bv.grad(), br.grad(), "db (summed over the broadcast batch)");
+}
+
+// Note [bf16 activations]: what the ops after a product do with its bf16 output.
+TEST_CASE("bf16 activations: unary ops round the f32 op once, binary ops promote, gradients keep each dtype") {
+  const Tensor x = uniform({3, 7}, 20), c = uniform({3, 7}, 21), dy = uniform({3, 7}, 22);
+  // a unary op of bf16: the f32 op of the widened values, rounded; its backward likewise
+  Graph g;
+  Var h = g.parameter(to_bf16(x));
+  Var y = ops::gelu(h);
+  CHECK(y.value().dtype() == DType::bf16);
+  Graph r;
+  Var hr = r.parameter(rounded(x));
+  Var yr = ops::gelu(hr);
+  same_bits(y.value(), to_bf16(yr.value()), "gelu forward");
+  g.backward(ops::sum(ops::mul(y, g.input(dy))));  // bf16 * f32 -> f32: y's gradient is bf16(dy)
+  Tensor dx = Tensor::empty(x.shape(), DType::f32);
+  kernels::unary_backward(kernels::Unary::gelu_erf, rounded(x), rounded(yr.value()), rounded(dy), dx);
+  CHECK(h.grad().dtype() == DType::bf16);
+  same_bits(h.grad(), to_bf16(dx), "gelu backward");
+  // f32 + bf16 -> f32, each gradient in its operand's dtype; bf16 + bf16 -> bf16
+  Graph m;
+  Var a = m.parameter(c), bb = m.parameter(to_bf16(x));
+  Var s = ops::add(a, bb);
+  CHECK(s.value().dtype() == DType::f32);
+  same_bits(s.value(), ops::add(m.input(c), m.input(rounded(x))).value(), "f32 + bf16");
+  CHECK(ops::add(bb, bb).value().dtype() == DType::bf16);
+  m.backward(ops::sum(ops::mul(s, m.input(dy))));
+  CHECK(a.grad().dtype() == DType::f32);
+  CHECK(bb.grad().dtype() == DType::bf16);
+  same_bits(a.grad(), dy, "d a = dy");
+  same_bits(bb.grad(), to_bf16(dy), "d b = bf16(dy)");
+  // broadcast with bf16: computed in f32 through recorded casts, the promoted dtype returned
+  Graph n;
+  Var nb = n.input(to_bf16(x)), row = n.input(to_bf16(uniform({7}, 23)));
+  CHECK(ops::add(nb, row).value().dtype() == DType::bf16);
+  CHECK(ops::add(n.input(c), row).value().dtype() == DType::f32);
+  // the norms and the softmax family widen a bf16 x; their results are f32
+  CHECK(ops::softmax(nb).value().dtype() == DType::f32);
+  CHECK(ops::layer_norm(nb, Var(), Var()).value().dtype() == DType::f32);
 }
 
 TEST_CASE("autocast scopes nest, f32 turns autocast off, and f64 products are never cast") {
@@ -193,14 +236,20 @@ TEST_CASE("autocast and bf16 products refuse what they do not support, by name")
         "[autocast] products compute in bf16 (or f32, to turn autocast off), not f16");
   CHECK(message_of([] { ops::Autocast scope(DType::f64); }) ==
         "[autocast] products compute in bf16 (or f32, to turn autocast off), not f64");
-  const Tensor a = Tensor::empty(Shape{2, 3}, DType::bf16), b = Tensor::empty(Shape{3, 4}, DType::bf16);
-  Tensor out = Tensor::empty(Shape{2, 4}, DType::bf16);
+  const Tensor a = Tensor::zeros(Shape{2, 3}, DType::bf16), b = Tensor::zeros(Shape{3, 4}, DType::bf16);
+  Tensor out = Tensor::empty(Shape{2, 4}, DType::f64);
   CHECK(message_of([&] { kernels::matmul(a, false, b, false, out); }) ==
-        "[matmul] cannot compute a (2, 3) @ b (3, 4) into out (2, 4): dtypes do not fit (bf16, bf16, bf16; the products "
-        "take one float dtype, or bf16 operands into f32)");
+        "[matmul] cannot compute a (2, 3) @ b (3, 4) into out (2, 4): dtypes do not fit (bf16, bf16, f64; the products "
+        "take one float dtype, or bf16 operands into f32 or bf16)");
   Graph g;
-  CHECK(message_of([&] { (void)ops::matmul(g.input(a), g.input(b)); }) ==
-        "[matmul] input must be f64 or f32, got bf16");
+  CHECK(message_of([&] { (void)ops::matmul(g.input(a), g.input(Tensor::zeros(Shape{3, 4}, DType::f64))); }) ==
+        "[matmul] dtypes differ: bf16 and f64");
+  CHECK(message_of([&] { (void)ops::add(g.input(a), g.input(Tensor::zeros(Shape{2, 3}, DType::f64))); }) ==
+        "[add] dtypes differ: bf16 and f64");
+  CHECK(message_of([&] { (void)ops::sum(g.input(a)); }) == "[sum] input must be f64 or f32, got bf16");
+  Tensor o = Tensor::empty(Shape{2, 3}, DType::bf16);
+  CHECK(message_of([&] { kernels::binary(kernels::Binary::add, a, Tensor::zeros(Shape{3}, DType::f32), o); }) ==
+        "[add] bf16 takes f32 and bf16 of one shape: got (2, 3) bf16, (3,) f32 into (2, 3) bf16");
   CHECK(message_of([&] { (void)ops::to(g.input(Tensor::empty(Shape{2}, DType::f16)), DType::f32); }) ==
         "[to] no CPU kernel for f16");
 }

@@ -72,10 +72,10 @@ TEST_CASE("linear_cross_entropy equals cross_entropy(linear(x, W), t) at every b
   }
 }
 
-// Under autocast both sides multiply bf16 copies (Note [autocast]): the same rounded operands, so
-// values within f32's rounding, and gradients within one bf16 rounding of dz, which each side
-// rounds at another point of its sums (the fused op its f32 softmax - onehot, the unfused the
-// f32 dlogits its linear reads).
+// Under autocast both sides multiply bf16 copies (Note [autocast]): the same rounded operands, but
+// the unfused linear returns its logits rounded to bf16 (Note [bf16 activations], as PyTorch's)
+// where the fused op keeps them f32, so the two agree to bf16's rounding, and the gradients to a
+// bf16 rounding of dz.
 TEST_CASE("linear_cross_entropy under autocast: bf16 products, as linear then cross_entropy") {
   for (ops::Reduction r : {ops::Reduction::mean, ops::Reduction::none}) {
     CAPTURE(static_cast<int>(r));
@@ -90,7 +90,8 @@ TEST_CASE("linear_cross_entropy under autocast: bf16 products, as linear then cr
       plain = ops::cross_entropy(ops::linear(x, w), t, r, 4);
     }
     f32 = ops::linear_cross_entropy(x, w, t, r, 4, 16);
-    CHECK(max_relative(fused.value(), plain.value()) <= 1e-6);
+    CHECK(max_relative(fused.value(), plain.value()) <= 1e-2);
+    CHECK(max_relative(fused.value(), f32.value()) <= 1e-2);
     CHECK(max_relative(fused.value(), f32.value()) >= 1e-6);  // the products were bf16
     g.backward(r == ops::Reduction::none ? ops::sum(fused * 0.5) : fused, {.retain_graph = true});
     const Tensor gx = x.grad().clone(), gw = w.grad().clone();

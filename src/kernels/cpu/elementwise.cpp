@@ -13,6 +13,7 @@
 #include <xtensor/xnoalias.hpp>
 #include <xtensor/xoperation.hpp>
 
+#include "tapegrad/kernels/bf16.hpp"
 #include "tapegrad/kernels/cpu/cpu_kernels.hpp"
 #include "tapegrad/kernels/cpu/dispatch.hpp"
 #include "tapegrad/kernels/cpu/simd.hpp"
@@ -37,8 +38,55 @@ void fill_from_scalar(Tensor& out, const Tensor& scalar, double divisor) {
   });
 }
 
+namespace {
+
+using kernels::bf16;
+
+// Note [bf16 elementwise]
+// bf16 tensors (autocast's activations) are storage: an elementwise kernel widens each bf16
+// element to f32, computes in f32 with the f32 functor, and rounds the result once (to nearest
+// even) where its output is bf16. A binary op may mix f32 and bf16 among its operands and output
+// (f32 + bf16 -> f32, the residual stream meeting a product's output); shapes must be equal (the
+// op front-ends cast a broadcast's bf16 operands to f32 first). CUDA computes the same way, so the
+// two devices differ only where the f32 functor's exp, log or tanh do.
+template <class T>
+float wide(T x) { return kernels::convert<float>(x); }
+
+// out[i] = f(a[i], b[i]) over flat ranges, each of a, b, out f32 or bf16
+template <class F>
+void binary_mixed(const Tensor& a, const Tensor& b, Tensor& out) {
+  auto run = [&]<class A, class B, class O>() {
+    const A* X = static_cast<const A*>(a.raw_data());
+    const B* Y = static_cast<const B*>(b.raw_data());
+    O* Z = static_cast<O*>(out.raw_data());
+    parallel_for(out.numel(), range_per_thread(out.numel(), chunk_for(out.numel(), 4, Work::arithmetic)),
+                 [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) Z[i] = kernels::convert<O>(F::forward(wide(X[i]), wide(Y[i])));
+    });
+  };
+  auto with_b = [&]<class A>() {
+    if (b.dtype() == DType::bf16) out.dtype() == DType::bf16 ? run.template operator()<A, bf16, bf16>() : run.template operator()<A, bf16, float>();
+    else out.dtype() == DType::bf16 ? run.template operator()<A, float, bf16>() : run.template operator()<A, float, float>();
+  };
+  if (a.dtype() == DType::bf16) with_b.template operator()<bf16>();
+  else with_b.template operator()<float>();
+}
+
+}  // namespace
+
 // The functor's forward and backward over flat ranges (unary_ops.hpp): one loop for every op.
 void unary(Unary op, const Tensor& x, Tensor& y) {
+  if (x.dtype() == DType::bf16) {  // Note [bf16 elementwise]
+    kernels::visit_unary(op, [&]<class F>() {
+      const bf16* X = static_cast<const bf16*>(x.raw_data());
+      bf16* Y = static_cast<bf16*>(y.raw_data());
+      parallel_for(x.numel(), range_per_thread(x.numel(), chunk_for(x.numel(), 2, Work::arithmetic)),
+                   [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) Y[i] = kernels::to_bf16(F::forward(wide(X[i])));
+      });
+    });
+    return;
+  }
   kernels::visit_unary(op, [&]<class F>() {
     dispatch_float(F::name, x.dtype(), [&]<class T>() {
       const T* X = static_cast<const T*>(x.raw_data());
@@ -55,6 +103,19 @@ void unary(Unary op, const Tensor& x, Tensor& y) {
 }
 
 void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  if (x.dtype() == DType::bf16) {  // Note [bf16 elementwise]
+    kernels::visit_unary(op, [&]<class F>() {
+      const bf16* X = static_cast<const bf16*>(x.raw_data());
+      const bf16* Y = static_cast<const bf16*>(y.raw_data());
+      const bf16* dY = static_cast<const bf16*>(dy.raw_data());
+      bf16* dX = static_cast<bf16*>(dx.raw_data());
+      parallel_for(x.numel(), range_per_thread(x.numel(), chunk_for(x.numel(), 2, Work::arithmetic)),
+                   [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) dX[i] = kernels::to_bf16(F::backward(wide(X[i]), wide(Y[i]), wide(dY[i])));
+      });
+    });
+    return;
+  }
   kernels::visit_unary(op, [&]<class F>() {
     dispatch_float(F::name, x.dtype(), [&]<class T>() {
       const T* X = static_cast<const T*>(x.raw_data());
@@ -75,6 +136,8 @@ void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy
 // Equal shapes: add, sub, mul and div as loops over flat ranges; anything else (the
 // other ops, broadcasting) walks (cpu/strided.cpp).
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
+  if (a.dtype() == DType::bf16 || b.dtype() == DType::bf16 || out.dtype() == DType::bf16)  // Note [bf16 elementwise]
+    return kernels::visit_binary(op, [&]<class F>() { binary_mixed<F>(a, b, out); });
   if (!(a.shape() == b.shape()) || op > Binary::div) return binary_walk(op, a, b, out);
   dispatch_float(kernels::binary_name(op), a.dtype(), [&]<class T>() {
     const Work work = Work::arithmetic;  // split from 64 KiB: two cores' caches beat one core's

@@ -128,7 +128,10 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
     Tensor wa = Tensor::empty(a.shape(), DType::f32, a.device()), wb = Tensor::empty(b.shape(), DType::f32, b.device());
     cast(a, wa);
     cast(b, wb);
-    matmul(wa, ta, wb, tb, out);
+    if (out.dtype() == DType::f32) return matmul(wa, ta, wb, tb, out);
+    Tensor wide = Tensor::empty(out.shape(), DType::f32, out.device());  // into bf16: the f32 result, rounded once
+    matmul(wa, ta, wb, tb, wide);
+    cast(wide, out);
     return;
   }
   if (p.k == 0 || p.products() == 0) {  // empty sums: zeros

@@ -24,6 +24,9 @@ void same_extent(const char* a_name, const Tensor& a, const char* b_name, const 
               "; q (B, H, Tq, d), k (B, H, Tk, d) and v (B, H, Tk, dv) must agree");
 }
 
+// lse's dtype: the operands', f32 for bf16 ones (the softmax statistics stay f32).
+DType stats_dtype(DType operands) { return operands == DType::bf16 ? DType::f32 : operands; }
+
 // dy (B, H, Tq, dv) -> dq, dk, dv from the saved lse (B, H, Tq) and the output, P recomputed:
 // dv = P^T dy, dS = P * (dy v^T - rowsum(dy * y)), dq = scale dS k, dk = scale dS^T q
 template <bool Causal, kernels::AttentionProducts Products>
@@ -52,7 +55,7 @@ Var scaled_dot_product_attention(Var q, Var k, Var v, bool causal, double scale)
   need_ndim(kOp, "q", tq, 4);
   need_ndim(kOp, "k", tk, 4);
   need_ndim(kOp, "v", tv, 4);
-  need_float(kOp, "q", tq);
+  need_float_or_bf16(kOp, "q", tq);  // bf16: autocast's activations, on the bf16 kernels (Note [bf16 activations])
   same_dtype(kOp, tq, tk);
   same_dtype(kOp, tq, tv);
   same_extent("q", tq, "k", tk, 0, "batch");
@@ -77,11 +80,11 @@ Var scaled_dot_product_attention(Var q, Var k, Var v, bool causal, double scale)
                 std::to_string(tq.dim(1)) + ", " + std::to_string(tq.dim(2)) + ", " + std::to_string(tv.dim(3)) +
                 ") of q " + tq.shape().str() + " and v " + tv.shape().str() + " has more bytes than fit in 64 bits");
   Tensor out = Tensor::empty(Shape{tq.dim(0), tq.dim(1), tq.dim(2), tv.dim(3)}, tq.dtype(), tq.device());
-  Tensor lse = Tensor::empty(Shape{tq.dim(0), tq.dim(1), tq.dim(2)}, tq.dtype(), tq.device());
+  Tensor lse = Tensor::empty(Shape{tq.dim(0), tq.dim(1), tq.dim(2)}, stats_dtype(tq.dtype()), tq.device());
   // inside an Autocast scope, f32 products in bf16 (on CUDA's flash kernels; Note [autocast]); the
   // backward rule carries the choice
   using P = kernels::AttentionProducts;
-  const bool bf16 = compute_dtype(tq.dtype()) == DType::bf16;
+  const bool bf16 = tq.dtype() == DType::bf16 || compute_dtype(tq.dtype()) == DType::bf16;
   const kernels::AttentionLayout at =
       kernels::AttentionLayout::contiguous(tq.dim(0), tq.dim(1), tq.dim(2), tk.dim(2), tq.dim(3), tv.dim(3));
   kernels::attention_forward(tq, tk, tv, at, causal, scale, out, lse, bf16 ? P::bf16 : P::f32);
@@ -111,7 +114,8 @@ void qkv_attention_backward_rule(BackwardContext& ctx) {
   if (v.defined() && ctx.needs_grad(1)) {  // d value_add = dv, summed over what it was broadcast along
     Tensor dv = Tensor::empty(Shape{B, T, C}, qkv.dtype(), qkv.device());
     kernels::copy_strided(dqkv, kernels::sliced_view(qkv.shape(), 2, 2 * C, 3 * C), dv, kernels::contiguous_view(dv.shape()));
-    ctx.accumulate(1, sum_to(dv, ctx.input(1).shape()));
+    const DType add = ctx.input(1).dtype();  // bf16 dv summed in f32 (Note [bf16 activations])
+    ctx.accumulate(1, operand(sum_to(operand(dv, add == DType::f64 ? add : DType::f32), ctx.input(1).shape()), add));
   }
   if (ctx.needs_grad(0)) ctx.accumulate(0, std::move(dqkv));
 }
@@ -123,7 +127,7 @@ Var qkv_attention(Var qkv, int64_t heads, bool causal, Var value_add, double sca
   Graph& g = value_add.defined() ? graph_of(kQkvOp, {qkv, value_add}) : graph_of(kQkvOp, {qkv});
   const Tensor& x = qkv.value();
   need_ndim(kQkvOp, "qkv", x, 3);
-  need_float(kQkvOp, "qkv", x);
+  need_float_or_bf16(kQkvOp, "qkv", x);  // bf16: autocast's activations, on the bf16 kernels (Note [bf16 activations])
   const int64_t B = x.dim(0), T = x.dim(1), C3 = x.dim(2);
   if (heads <= 0) throw Error(std::string("[") + kQkvOp + "] heads must be at least 1, got " + std::to_string(heads));
   if (C3 % 3 != 0 || C3 == 0 || (C3 / 3) % heads != 0)
@@ -138,7 +142,7 @@ Var qkv_attention(Var qkv, int64_t heads, bool causal, Var value_add, double sca
   Tensor v;  // the values, when value_add changes them: qkv's third + value_add, (B, T, C)
   if (value_add.defined()) {
     const Tensor& a = value_add.value();
-    same_dtype(kQkvOp, x, a);
+    promote(kQkvOp, x, a);  // one dtype, or bf16 values and an f32 value_add (added in f32, rounded once)
     const Shape vs{B, T, C};
     if (broadcast_shapes(kQkvOp, vs, a.shape()) != vs)
       throw Error(std::string("[") + kQkvOp + "] value_add " + a.shape().str() + " does not broadcast to the values' shape " +
@@ -146,15 +150,16 @@ Var qkv_attention(Var qkv, int64_t heads, bool causal, Var value_add, double sca
     Tensor third = Tensor::empty(vs, x.dtype(), x.device());
     kernels::copy_strided(x, kernels::sliced_view(x.shape(), 2, 2 * C, 3 * C), third, kernels::contiguous_view(vs));
     v = Tensor::empty(vs, x.dtype(), x.device());
-    kernels::binary(kernels::Binary::add, third, a, v);
+    const bool mixed = a.dtype() != x.dtype();  // bf16 with f32: of equal shapes only
+    kernels::binary(kernels::Binary::add, third, mixed && a.shape() != vs ? expand(a, a.shape(), vs) : a, v);
     at.v = kernels::HeadRows{0, T * C, d, C};
   }
   Tensor out = Tensor::empty(Shape{B, T, C}, x.dtype(), x.device());
-  Tensor lse = Tensor::empty(Shape{B, heads, T}, x.dtype(), x.device());
+  Tensor lse = Tensor::empty(Shape{B, heads, T}, stats_dtype(x.dtype()), x.device());
   // inside an Autocast scope, f32 products in bf16 (on CUDA's flash kernels; Note [autocast]); the
   // backward rule carries the choice
   using P = kernels::AttentionProducts;
-  const bool bf16 = compute_dtype(x.dtype()) == DType::bf16;
+  const bool bf16 = x.dtype() == DType::bf16 || compute_dtype(x.dtype()) == DType::bf16;
   kernels::attention_forward(x, x, v.defined() ? v : x, at, causal, scale, out, lse, bf16 ? P::bf16 : P::f32);
   const BackwardFn rule = bf16 ? (causal ? qkv_attention_backward_rule<true, P::bf16> : qkv_attention_backward_rule<false, P::bf16>)
                                : (causal ? qkv_attention_backward_rule<true, P::f32> : qkv_attention_backward_rule<false, P::f32>);

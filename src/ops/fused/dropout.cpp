@@ -13,6 +13,7 @@
 #include <cstdio>
 
 #include "tapegrad/ops/common.hpp"
+#include "tapegrad/ops/ops.hpp"
 
 namespace tapegrad {
 
@@ -32,6 +33,9 @@ using namespace detail;
 // x (any) -> same shape; y = x * m, m = 1 / (1 - p) where kept and 0 where dropped;  dx = dy * m
 Var dropout(Var x, double p, Generator& gen, bool training) {
   Graph& g = graph_of("dropout", {x});
+  // a bf16 x (an autocast activation) is dropped in f32 and rounded back: the same mask and the
+  // same values, in two more passes
+  if (x.dtype() == DType::bf16 && training && p > 0.0 && p <= 1.0) return to(dropout(to(x, DType::f32), p, gen, true), DType::bf16);
   const Tensor& v = x.value();
   need_float("dropout", "x", v);
   if (!(p >= 0.0 && p <= 1.0)) {

@@ -104,8 +104,10 @@ Var norm(Var x, Var weight, Var bias, double eps) {
 
 }  // namespace
 
-Var layer_norm(Var x, Var weight, Var bias, double eps) { return norm<Norm::layer>(x, weight, bias, eps); }
+// A bf16 x (an autocast activation) is normalised in f32: widened by a recorded cast, as
+// torch.autocast runs its norms (Note [bf16 activations] in autocast.hpp).
+Var layer_norm(Var x, Var weight, Var bias, double eps) { return norm<Norm::layer>(widened(x), weight, bias, eps); }
 
-Var rms_norm(Var x, Var weight, double eps) { return norm<Norm::rms>(x, weight, Var(), eps); }
+Var rms_norm(Var x, Var weight, double eps) { return norm<Norm::rms>(widened(x), weight, Var(), eps); }
 
 }  // namespace tapegrad::ops
