@@ -3,12 +3,15 @@
 //
 // Note [bf16 flash attention]
 // Under ops::Autocast the attention's products run on the tensor cores, FlashAttention-2's way:
-// - The operands, f32 (rounded to nearest) or bf16 (autocast's activations, copied), first go to
-//   packed bf16 scratch copies, (heads, Tp, D) with Tp the length rounded up to 64 and D = 64 or
-//   128 the head size rounded up, zeros in the padding (pack_kernel; for the backward also dO,
-//   with delta = rowsum(dO * O) in f32, pack_dout_kernel). So every tile load is a whole 16-byte
-//   cp.async, double buffered, into shared rows padded by 16 bytes (conflict-free ldmatrix). The
-//   results (O, dQ, dK, dV) are written in the operands' dtype, lse in f32.
+// - Every tile load is whole 16-byte cp.async copies, double buffered, into shared rows padded by
+//   16 bytes (conflict-free ldmatrix); rows past T and columns past the head size are zero-filled
+//   copies (Rows, load_tile). bf16 operands (autocast's activations: qkv straight from its
+//   product) are read where they lie when their rows are whole 16-byte copies (head sizes and
+//   steps multiples of 8); f32 operands, and any others, first go to packed bf16 scratch copies,
+//   (heads, Tp, D) with Tp the length rounded up to 64 and D = 64 or 128 the head size rounded up
+//   (pack_kernel, rounding to nearest). The backward first makes delta = rowsum(dO * O) in f32
+//   (pack_dout_kernel, which packs dO too where it must be). The results (O, dQ, dK, dV) are
+//   written in the operands' dtype, lse in f32.
 // - A block is 4 warps and owns 64 rows (queries, or keys for dK and dV), a warp 16 of them: its
 //   products are m16n8k16 mma.sync with bf16 operands summing in f32. The scores S (16 x 64 a
 //   warp) stay in the accumulators' registers; the softmax works there (a row's values are in the
@@ -57,8 +60,9 @@ struct Tiles {
   static constexpr int ld = D + 8;                  // halves a shared row: 16 bytes of padding
   static constexpr int own = kRows * ld;            // halves of the block's own (64, D) tile
   static constexpr int tile = stream * ld;          // halves of a streamed tile
-  static constexpr int blocks = D == 64 ? 4 : 3;    // blocks a multiprocessor (dK/dV: one fewer), which
-                                                    // bounds the registers a thread (128, 168; 168, 255)
+  // blocks a multiprocessor, which bounds the registers a thread: 168 (forward, dQ; dK/dV at D =
+  // 64), 255 (dK/dV at D = 128)
+  static constexpr int blocks = 3, dkdv_blocks = D == 64 ? 3 : 2;
 };
 
 __host__ __device__ inline int64_t padded(int64_t t) { return (t + kRows - 1) / kRows * kRows; }
@@ -90,8 +94,10 @@ __device__ inline void ldmatrix_trans(uint32_t (&r)[4], const bf16* p) {
                : "r"(shared_address(p)));
 }
 
-__device__ inline void copy16(bf16* dst, const bf16* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src));
+// 16 bytes from src, or 16 zero bytes where !real (src is then not read)
+__device__ inline void copy16(bf16* dst, const bf16* src, bool real) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+               "r"(real ? 16 : 0));
 }
 __device__ inline void commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -111,13 +117,27 @@ __device__ inline float exp2_fast(float x) {
 __device__ inline int lane() { return static_cast<int>(threadIdx.x) % 32; }
 __device__ inline int warp() { return static_cast<int>(threadIdx.x) / 32; }
 
-// rows [0, n) of a packed operand (rows of D halves) into shared rows `ld` apart, 16 bytes a copy.
+// An operand as the kernels read it: bf16 rows of `width` columns (a multiple of 8: whole 16-byte
+// copies), row t of head hi at p + row_at(at, H, hi, t), rows t >= T read as zeros. Either the
+// operand where it lies (a bf16 activation, Note [attention layouts]) or its packed copy.
+struct Rows {
+  const bf16* p;
+  kernels::HeadRows at;
+  int64_t T;
+  int width;
+};
+
+// rows [t0, t0 + n) of head hi of x into shared rows `ld` apart, 16 bytes a copy; zeros past T
+// and past the width. x is a __grid_constant__ kernel parameter: its fields are read where they
+// lie, in the parameter bank, and hold no registers across the kernel's loops.
 template <int D>
-__device__ void load_tile(bf16* dst, const bf16* src, int n) {
+__device__ void load_tile(bf16* dst, const Rows& x, int64_t H, int64_t hi, int64_t t0, int n) {
   constexpr int chunks = D / 8;
+  const bf16* base = x.p + row_at(x.at, H, hi, 0);
   for (int e = threadIdx.x; e < n * chunks; e += kThreads) {
     const int r = e / chunks, c = e % chunks;
-    copy16(dst + r * Tiles<D>::ld + 8 * c, src + int64_t{r} * D + 8 * c);
+    const bool real = t0 + r < x.T && 8 * c < x.width;
+    copy16(dst + r * Tiles<D>::ld + 8 * c, real ? base + (t0 + r) * x.at.row + 8 * c : base, real);
   }
 }
 
@@ -271,17 +291,18 @@ template <int D>
 struct KeyStream {
   static constexpr int N = Tiles<D>::stream;
   bf16 *Ks, *Vs;         // two buffers each
-  const bf16 *kh, *vh;   // the head's packed keys and values
+  const Rows &k, &v;     // __grid_constant__ parameters
+  int64_t H, hi;
   int tiles;
-  __device__ KeyStream(bf16* shared, const bf16* k, const bf16* v, const kernels::AttentionLayout& at, int64_t hi,
+  __device__ KeyStream(bf16* shared, const Rows& k, const Rows& v, const kernels::AttentionLayout& at, int64_t hi,
                        int64_t q0, bool causal)
-      : Ks(shared), Vs(shared + 2 * Tiles<D>::tile), kh(k + hi * padded(at.Tk) * D), vh(v + hi * padded(at.Tk) * D) {
+      : Ks(shared), Vs(shared + 2 * Tiles<D>::tile), k(k), v(v), H(at.H), hi(hi) {
     const int64_t end = causal ? std::min(q0 + kRows, at.Tk) : at.Tk;
     tiles = static_cast<int>((end + N - 1) / N);
   }
   __device__ void load(int j) {
-    load_tile<D>(Ks + (j % 2) * Tiles<D>::tile, kh + int64_t{j} * N * D, N);
-    load_tile<D>(Vs + (j % 2) * Tiles<D>::tile, vh + int64_t{j} * N * D, N);
+    load_tile<D>(Ks + (j % 2) * Tiles<D>::tile, k, H, hi, int64_t{j} * N, N);
+    load_tile<D>(Vs + (j % 2) * Tiles<D>::tile, v, H, hi, int64_t{j} * N, N);
   }
   // The first tile's copies join the caller's group (it commits them with its own).
   __device__ void start() {
@@ -335,8 +356,8 @@ __global__ void pack_kernel(const X* x, const kernels::HeadRows at, int64_t H, i
   }
 }
 
-// dst (heads, Tp, D) bf16 = dout as pack_kernel would copy it, and delta (heads, Tp) = rowsum(dout
-// * out) in f32 (0 on padding rows): a warp a row, dout and out through at.out.
+// delta (heads, Tq) = rowsum(dout * out) in f32 and, where dst is not null, dst (heads, Tp, D) bf16
+// = dout as pack_kernel would copy it: a warp a row, dout and out through at.out.
 template <class X>
 __global__ void pack_dout_kernel(const X* out, const X* dout, const kernels::AttentionLayout at, int64_t Tp, int D,
                                  bf16* dst, float* delta) {
@@ -359,10 +380,10 @@ __global__ void pack_dout_kernel(const X* out, const X* dout, const kernels::Att
         g1 = wide(dout[at_row + c + 1]);
         s = fmaf(g1, wide(out[at_row + c + 1]), s);
       }
-      reinterpret_cast<uint32_t*>(dst + row * D)[c / 2] = pack(g0, g1);
+      if (dst) reinterpret_cast<uint32_t*>(dst + row * D)[c / 2] = pack(g0, g1);
     }
     for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
-    if (lane() == 0) delta[row] = s;
+    if (lane() == 0 && real) delta[hi * at.Tq + t] = s;
   }
 }
 
@@ -373,7 +394,7 @@ __global__ void pack_dout_kernel(const X* out, const X* dout, const kernels::Att
 // (heads, Tkp, D): a block per head and 64 queries.
 template <int D, class X>
 __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
-    forward_kernel(const bf16* q, const bf16* k, const bf16* v, X* out, float* lse, const kernels::AttentionLayout at,
+    forward_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v, X* out, float* lse, const kernels::AttentionLayout at,
                    bool causal, float scale, int64_t tiles) {
   using S = Tiles<D>;
   constexpr int N = S::stream;
@@ -382,7 +403,7 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
   const TileOf tile = tile_of(tiles, causal, kRows);
   const int64_t hi = tile.head, q0 = tile.first;
   KeyStream<D> keys(Qs + S::own, k, v, at, hi, q0, causal);
-  load_tile<D>(Qs, q + (hi * padded(at.Tq) + q0) * D, kRows);
+  load_tile<D>(Qs, q, at.H, hi, q0, kRows);
   keys.start();
   commit();
 
@@ -455,16 +476,20 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
 // ----------------------------------------------------------------------------
 // backward
 
-// lse in base 2 for a query row: +inf past Tq (P = 0 there).
+// lse in base 2 for a query row: +inf past Tq (P = 0 there); delta: 0 there.
 __device__ inline float lse2_at(const float* lse, int64_t hi, int64_t Tq, int64_t row) {
   return row < Tq ? lse[hi * Tq + row] * kLog2e : INFINITY;
+}
+__device__ inline float delta_at(const float* delta, int64_t hi, int64_t Tq, int64_t row) {
+  return row < Tq ? delta[hi * Tq + row] : 0.f;
 }
 
 // dk, dv (rows of at.dk, at.dv_) from the packed q, k, v, dout and delta: a block per head and 64
 // keys, the query tiles streaming.
 template <int D, class X>
-__global__ void __launch_bounds__(kThreads, Tiles<D>::blocks - 1)
-    dkdv_kernel(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,
+__global__ void __launch_bounds__(kThreads, Tiles<D>::dkdv_blocks)
+    dkdv_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v,
+                const __grid_constant__ Rows dout, const float* lse, const float* delta,
                 X* dk, X* dv, const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
   using S = Tiles<D>;
   constexpr int N = S::stream;
@@ -474,24 +499,21 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks - 1)
   bf16* Qs = Vs + S::own;  // two buffers each
   bf16* Gs = Qs + 2 * S::tile;
   float* stats = reinterpret_cast<float*>(Gs + 2 * S::tile);  // two buffers of (lse2, delta) for N rows
-  const int64_t Tqp = padded(at.Tq), Tkp = padded(at.Tk);
   const TileOf tile = tile_of(tiles, false, kRows);  // causal key tiles are longest first at the low end
   const int64_t hi = tile.head, k0 = tile.first;
-  const bf16* qh = q + hi * Tqp * D;
-  const bf16* gh = dout + hi * Tqp * D;
   const int64_t first_q = causal ? k0 / N * N : 0;
   const int query_tiles = static_cast<int>((at.Tq - first_q + N - 1) / N);
   auto load_queries = [&](int i, int buffer) {
     const int64_t t0 = first_q + int64_t{i} * N;
-    load_tile<D>(Qs + buffer * S::tile, qh + t0 * D, N);
-    load_tile<D>(Gs + buffer * S::tile, gh + t0 * D, N);
+    load_tile<D>(Qs + buffer * S::tile, q, at.H, hi, t0, N);
+    load_tile<D>(Gs + buffer * S::tile, dout, at.H, hi, t0, N);
     for (int r = threadIdx.x; r < N; r += kThreads) {
       stats[buffer * 2 * N + r] = lse2_at(lse, hi, at.Tq, t0 + r);
-      stats[buffer * 2 * N + N + r] = delta[hi * Tqp + t0 + r];
+      stats[buffer * 2 * N + N + r] = delta_at(delta, hi, at.Tq, t0 + r);
     }
   };
-  load_tile<D>(Ks, k + (hi * Tkp + k0) * D, kRows);
-  load_tile<D>(Vs, v + (hi * Tkp + k0) * D, kRows);
+  load_tile<D>(Ks, k, at.H, hi, k0, kRows);
+  load_tile<D>(Vs, v, at.H, hi, k0, kRows);
   if (query_tiles > 0) load_queries(0, 0);
   commit();
 
@@ -551,19 +573,19 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks - 1)
 // key tiles streaming.
 template <int D, class X>
 __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
-    dq_kernel(const bf16* q, const bf16* k, const bf16* v, const bf16* dout, const float* lse, const float* delta,
+    dq_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v,
+              const __grid_constant__ Rows dout, const float* lse, const float* delta,
               X* dq, const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
   using S = Tiles<D>;
   constexpr int N = S::stream;
   extern __shared__ uint4 shared16[];
   bf16* Qs = reinterpret_cast<bf16*>(shared16);
   bf16* Gs = Qs + S::own;
-  const int64_t Tqp = padded(at.Tq);
   const TileOf tile = tile_of(tiles, causal, kRows);
   const int64_t hi = tile.head, q0 = tile.first;
   KeyStream<D> keys(Gs + S::own, k, v, at, hi, q0, causal);
-  load_tile<D>(Qs, q + (hi * Tqp + q0) * D, kRows);
-  load_tile<D>(Gs, dout + (hi * Tqp + q0) * D, kRows);
+  load_tile<D>(Qs, q, at.H, hi, q0, kRows);
+  load_tile<D>(Gs, dout, at.H, hi, q0, kRows);
   keys.start();
   commit();
 
@@ -572,7 +594,7 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
   const int64_t row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
   const float scale2 = scale * kLog2e;
   const float lse2[2] = {lse2_at(lse, hi, at.Tq, row[0]), lse2_at(lse, hi, at.Tq, row[1])};
-  const float dlt[2] = {delta[hi * Tqp + row[0]], delta[hi * Tqp + row[1]]};
+  const float dlt[2] = {delta_at(delta, hi, at.Tq, row[0]), delta_at(delta, hi, at.Tq, row[1])};
   float dq_acc[D / 8][4];
   zero(dq_acc);
   for (int j = 0; j < keys.tiles; ++j) {
@@ -618,6 +640,8 @@ void allow_shared(Kernel kernel, size_t bytes) {
 }
 
 unsigned grid_of(int64_t heads, int64_t rows, int64_t* tiles) {
+  if (rows > INT32_MAX - kRows)
+    throw Error(std::string("[") + kOp + "] " + std::to_string(rows) + " rows a head are more than the kernels take (2^31 - 65)");
   *tiles = (rows + kRows - 1) / kRows;
   if (*tiles > 0 && heads > INT_MAX / *tiles)
     throw Error(std::string("[") + kOp + "] " + std::to_string(heads) + " heads of " + std::to_string(rows) +
@@ -625,30 +649,48 @@ unsigned grid_of(int64_t heads, int64_t rows, int64_t* tiles) {
   return static_cast<unsigned>(heads * *tiles);
 }
 
-// The packed bf16 copy of one operand (f32 or bf16, X): (heads, Tp, D).
+// An operand as the kernels read it (Rows): where it lies, when it is bf16 and its rows are whole
+// 16-byte copies (the width and every step a multiple of 8 elements, the start 16-byte aligned);
+// else a packed bf16 copy (heads, Tp, D), zeros past T and the width, made in `keep`.
 template <class X>
-Tensor packed(const Tensor& x, const kernels::HeadRows& rows, const kernels::AttentionLayout& at, int64_t T, int64_t w,
-              int D) {
+Rows operand(const Tensor& x, const kernels::HeadRows& rows, const kernels::AttentionLayout& at, int64_t T, int64_t w,
+             int D, Tensor& keep) {
+  const bool direct = std::is_same_v<X, bf16> && w % 8 == 0 && rows.offset % 8 == 0 && rows.batch % 8 == 0 &&
+                      rows.head % 8 == 0 && rows.row % 8 == 0 && rows.row <= INT32_MAX &&
+                      reinterpret_cast<uintptr_t>(x.raw_data()) % 16 == 0;
+  if (direct) return {cdata<bf16>(x), rows, T, static_cast<int>(w)};
   const int64_t heads = at.B * at.H, Tp = padded(T);
-  Tensor p = Tensor::empty(Shape{heads, Tp, D}, DType::bf16, x.device());
+  keep = Tensor::empty(Shape{heads, Tp, D}, DType::bf16, x.device());
   pack_kernel<X><<<blocks_for(heads * Tp * (D / 8), 256), 256, 0, stream_for(x)>>>(
-      cdata<X>(x), rows, at.H, heads, T, Tp, static_cast<int>(w), D, mdata<bf16>(p));
+      cdata<X>(x), rows, at.H, heads, T, Tp, static_cast<int>(w), D, mdata<bf16>(keep));
   TG_CUDA_CHECK_LAUNCH();
-  return p;
+  return {cdata<bf16>(keep), kernels::HeadRows{0, at.H * Tp * D, Tp * D, D}, Tp, D};
 }
+
+// q, k, v as the kernels read them, and the packed copies made for them.
+struct Operands {
+  Tensor copies[4];
+  Rows q, k, v;
+  template <class X>
+  static Operands of(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at, int D) {
+    Operands o;
+    o.q = operand<X>(q, at.q, at, at.Tq, at.d, D, o.copies[0]);
+    o.k = operand<X>(k, at.k, at, at.Tk, at.d, D, o.copies[1]);
+    o.v = operand<X>(v, at.v, at, at.Tk, at.dv, D, o.copies[2]);
+    return o;
+  }
+};
 
 template <int D, class X>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at, bool causal,
              float scale, Tensor& out, Tensor& lse) {
-  const Tensor qp = packed<X>(q, at.q, at, at.Tq, at.d, D), kp = packed<X>(k, at.k, at, at.Tk, at.d, D),
-               vp = packed<X>(v, at.v, at, at.Tk, at.dv, D);
+  const Operands o = Operands::of<X>(q, k, v, at, D);
   int64_t tiles = 0;
   const unsigned grid = grid_of(at.B * at.H, at.Tq, &tiles);
   const size_t bytes = sizeof(bf16) * (Tiles<D>::own + 4 * Tiles<D>::tile);
   allow_shared(forward_kernel<D, X>, bytes);
-  forward_kernel<D, X><<<grid, kThreads, bytes, stream_for(q)>>>(cdata<bf16>(qp), cdata<bf16>(kp), cdata<bf16>(vp),
-                                                                 mdata<X>(out), mdata<float>(lse), at, causal, scale,
-                                                                 tiles);
+  forward_kernel<D, X><<<grid, kThreads, bytes, stream_for(q)>>>(o.q, o.k, o.v, mdata<X>(out), mdata<float>(lse), at,
+                                                                 causal, scale, tiles);
   TG_CUDA_CHECK_LAUNCH();
 }
 
@@ -658,29 +700,33 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
               Tensor& dv) {
   const cudaStream_t stream = stream_for(q);
   const int64_t heads = at.B * at.H, Tqp = padded(at.Tq);
-  const Tensor qp = packed<X>(q, at.q, at, at.Tq, at.d, D), kp = packed<X>(k, at.k, at, at.Tk, at.d, D),
-               vp = packed<X>(v, at.v, at, at.Tk, at.dv, D);
-  Tensor gp = Tensor::empty(Shape{heads, Tqp, D}, DType::bf16, q.device());
-  Tensor delta = Tensor::empty(Shape{heads, Tqp}, DType::f32, q.device());
-  pack_dout_kernel<X><<<blocks_for(heads * Tqp * 32, 256), 256, 0, stream>>>(cdata<X>(out), cdata<X>(dout), at, Tqp, D,
-                                                                            mdata<bf16>(gp), mdata<float>(delta));
+  Operands o = Operands::of<X>(q, k, v, at, D);
+  // dout: where it lies when it can be read so (then only delta is made), else packed with delta
+  const bool direct = std::is_same_v<X, bf16> && at.dv % 8 == 0 && at.out.offset % 8 == 0 && at.out.batch % 8 == 0 &&
+                      at.out.head % 8 == 0 && at.out.row % 8 == 0 && at.out.row <= INT32_MAX &&
+                      reinterpret_cast<uintptr_t>(dout.raw_data()) % 16 == 0;
+  Tensor& gp = o.copies[3];
+  if (!direct) gp = Tensor::empty(Shape{heads, Tqp, D}, DType::bf16, q.device());
+  const Rows g = direct ? Rows{cdata<bf16>(dout), at.out, at.Tq, static_cast<int>(at.dv)}
+                        : Rows{cdata<bf16>(gp), kernels::HeadRows{0, at.H * Tqp * D, Tqp * D, D}, Tqp, D};
+  Tensor delta = Tensor::empty(Shape{heads, at.Tq}, DType::f32, q.device());
+  pack_dout_kernel<X><<<blocks_for(heads * Tqp * 32, 256), 256, 0, stream>>>(
+      cdata<X>(out), cdata<X>(dout), at, Tqp, D, direct ? nullptr : mdata<bf16>(gp), mdata<float>(delta));
   TG_CUDA_CHECK_LAUNCH();
   int64_t key_tiles = 0, query_tiles = 0;
   const unsigned key_grid = grid_of(heads, at.Tk, &key_tiles), query_grid = grid_of(heads, at.Tq, &query_tiles);
   const size_t dkdv_bytes = sizeof(bf16) * (2 * Tiles<D>::own + 4 * Tiles<D>::tile) + sizeof(float) * 4 * Tiles<D>::stream;
   allow_shared(dkdv_kernel<D, X>, dkdv_bytes);
   if (key_grid > 0) {
-    dkdv_kernel<D, X><<<key_grid, kThreads, dkdv_bytes, stream>>>(cdata<bf16>(qp), cdata<bf16>(kp), cdata<bf16>(vp),
-                                                                  cdata<bf16>(gp), cdata<float>(lse), cdata<float>(delta),
-                                                                  mdata<X>(dk), mdata<X>(dv), at, causal, scale,
-                                                                  key_tiles);
+    dkdv_kernel<D, X><<<key_grid, kThreads, dkdv_bytes, stream>>>(o.q, o.k, o.v, g, cdata<float>(lse),
+                                                                  cdata<float>(delta), mdata<X>(dk), mdata<X>(dv), at,
+                                                                  causal, scale, key_tiles);
     TG_CUDA_CHECK_LAUNCH();
   }
   const size_t dq_bytes = sizeof(bf16) * (2 * Tiles<D>::own + 4 * Tiles<D>::tile);
   allow_shared(dq_kernel<D, X>, dq_bytes);
   if (query_grid > 0) {
-    dq_kernel<D, X><<<query_grid, kThreads, dq_bytes, stream>>>(cdata<bf16>(qp), cdata<bf16>(kp), cdata<bf16>(vp),
-                                                                cdata<bf16>(gp), cdata<float>(lse), cdata<float>(delta),
+    dq_kernel<D, X><<<query_grid, kThreads, dq_bytes, stream>>>(o.q, o.k, o.v, g, cdata<float>(lse), cdata<float>(delta),
                                                                 mdata<X>(dq), at, causal, scale, query_tiles);
     TG_CUDA_CHECK_LAUNCH();
   }

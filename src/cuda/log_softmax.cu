@@ -185,20 +185,23 @@ __device__ inline void store_four(G* dz, int64_t j, const float4& x, T top, T lo
   else *reinterpret_cast<float4*>(dz + j) = *reinterpret_cast<const float4*>(out);
 }
 
-// A row of v logits a group of R threads (a warp, or the whole block of kCeBlock): losses[i] and,
-// when d is not null, the row of dz = softmax - onehot(t), as the CPU's cross_entropy_rows
+// A row of v logits a group of R threads of a block of K (a warp, or the whole block): losses[i]
+// and, when d is not null, the row of dz = softmax - onehot(t), as the CPU's cross_entropy_rows
 // (exp in T, the sum in double; Note [log-sum-exp rows]). One read of the row for its max and sum
 // (online: a thread rescales its sum when its max grows), one more to write dz; f32 rows in
-// float4s, two loads in flight a thread.
-constexpr int kCeBlock = 512;
-template <class T, class G, class I, int R>
-__global__ void __launch_bounds__(kCeBlock)
+// float4s, two loads in flight a thread. Keep: the f32 row is kept in shared memory (v floats of
+// dynamic shared memory) as it is read, so that dz is made from it, not from a second read of
+// device memory (a GPT-2 row of 50304 logits is 197 KiB).
+constexpr int kCeBlock = 512, kCeKeepBlock = 1024;
+template <class T, class G, class I, int R, int K, bool Keep>
+__global__ void __launch_bounds__(K)
     cross_entropy_rows_kernel(const T* z, const I* targets, int64_t ignore_index, T* losses, G* d,
                               unsigned long long* count, int64_t n, int64_t v, ErrorSite site) {
-  __shared__ MaxSum parts[kCeBlock / 32];
+  __shared__ MaxSum parts[K / 32];
+  extern __shared__ float4 kept[];  // Keep: the row
   const int lane = static_cast<int>(threadIdx.x % R);
-  const int64_t i = blockIdx.x * int64_t{kCeBlock / R} + threadIdx.x / R;
-  if (i >= n) return;  // a whole group leaves together (R = 32), or none does (R = kCeBlock)
+  const int64_t i = blockIdx.x * int64_t{K / R} + threadIdx.x / R;
+  if (i >= n) return;  // a whole group leaves together (R = 32), or none does (R = K)
   const int64_t t = static_cast<int64_t>(targets[i]);
   const T* x = z + i * v;
   G* dz = d ? d + i * v : nullptr;
@@ -219,6 +222,10 @@ __global__ void __launch_bounds__(kCeBlock)
     const int64_t v4 = v / 4;
     for (int64_t j = lane; j < v4; j += 2 * R) {
       const float4 a = x4[j], b = j + R < v4 ? x4[j + R] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+      if constexpr (Keep) {  // each thread reads back only what it wrote: no barrier
+        kept[j] = a;
+        if (j + R < v4) kept[j + R] = b;
+      }
       const T vals[8] = {T(a.x), T(a.y), T(a.z), T(a.w), T(b.x), T(b.y), T(b.z), T(b.w)};
       add_values(ms, vals);
     }
@@ -244,7 +251,7 @@ __global__ void __launch_bounds__(kCeBlock)
   if (!dz) return;
   if constexpr (kFloat)
     if (fours) {
-      const float4* x4 = reinterpret_cast<const float4*>(x);
+      const float4* x4 = Keep ? kept : reinterpret_cast<const float4*>(x);
       const int64_t v4 = v / 4;
       for (int64_t j = lane; j < v4; j += 2 * R) {
         const float4 a = x4[j];
@@ -275,12 +282,20 @@ void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_i
     dispatch_index("cross_entropy", targets.dtype(), [&]<class I>() {
       auto launch = [&]<class G>(G* d) {
         if (n == 0) return;
+        constexpr size_t kKeepMax = 200 * 1024;  // bytes of a kept row: one block a multiprocessor
+        const size_t row_bytes = static_cast<size_t>(v) * sizeof(T);
         if (v <= kWarpRowMax) {
           constexpr int64_t rows = kCeBlock / 32;
-          cross_entropy_rows_kernel<T, G, I, 32><<<static_cast<unsigned>((n + rows - 1) / rows), kCeBlock, 0, ctx.stream>>>(
+          cross_entropy_rows_kernel<T, G, I, 32, kCeBlock, false>
+              <<<static_cast<unsigned>((n + rows - 1) / rows), kCeBlock, 0, ctx.stream>>>(
+                  cdata<T>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);
+        } else if (sizeof(T) == 4 && v % 4 == 0 && row_bytes <= kKeepMax && d) {
+          auto kernel = cross_entropy_rows_kernel<T, G, I, kCeKeepBlock, kCeKeepBlock, true>;
+          TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(row_bytes)));
+          kernel<<<static_cast<unsigned>(n), kCeKeepBlock, row_bytes, ctx.stream>>>(
               cdata<T>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);
         } else {
-          cross_entropy_rows_kernel<T, G, I, kCeBlock><<<static_cast<unsigned>(n), kCeBlock, 0, ctx.stream>>>(
+          cross_entropy_rows_kernel<T, G, I, kCeBlock, kCeBlock, false><<<static_cast<unsigned>(n), kCeBlock, 0, ctx.stream>>>(
               cdata<T>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);
         }
         TG_CUDA_CHECK_LAUNCH();

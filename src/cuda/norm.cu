@@ -295,7 +295,9 @@ void norm_rows_backward(kernels::Norm kind, const Tensor& dy, const Tensor& x, c
         TG_CUDA_CHECK_LAUNCH();
       }
       if (!dweight.defined() && !dbias.defined()) return;
-      const int64_t rows_per_chunk = std::max<int64_t>(64, (a.n + 65534) / 65535);  // gridDim.y <= 65535
+      // chunks of 256 rows: enough blocks to fill the device at GPT sizes (16384 rows: 64 chunks a
+      // column tile), few enough partials that sum_chunks' serial sums stay short
+      const int64_t rows_per_chunk = std::max<int64_t>(256, (a.n + 65534) / 65535);  // gridDim.y <= 65535
       const int64_t chunks = (a.n + rows_per_chunk - 1) / rows_per_chunk;
       const int64_t tiles = (a.m + kColumnTile - 1) / kColumnTile;
       TG_CHECK(tiles <= 0x7fffffff, "[norm] columns fit a grid");
