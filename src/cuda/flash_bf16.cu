@@ -60,9 +60,9 @@ struct Tiles {
   static constexpr int ld = D + 8;                  // halves a shared row: 16 bytes of padding
   static constexpr int own = kRows * ld;            // halves of the block's own (64, D) tile
   static constexpr int tile = stream * ld;          // halves of a streamed tile
-  // blocks a multiprocessor, which bounds the registers a thread: 168 (forward, dQ; dK/dV at D =
-  // 64), 255 (dK/dV at D = 128)
-  static constexpr int blocks = 3, dkdv_blocks = D == 64 ? 3 : 2;
+  // blocks a multiprocessor, which bounds the registers a thread: 128 (forward, dQ at D = 64), 168
+  // (forward, dQ at D = 128; dK/dV at D = 64), 255 (dK/dV at D = 128)
+  static constexpr int blocks = D == 64 ? 4 : 3, dkdv_blocks = D == 64 ? 3 : 2;
 };
 
 __host__ __device__ inline int64_t padded(int64_t t) { return (t + kRows - 1) / kRows * kRows; }
@@ -132,12 +132,15 @@ struct Rows {
 // lie, in the parameter bank, and hold no registers across the kernel's loops.
 template <int D>
 __device__ void load_tile(bf16* dst, const Rows& x, int64_t H, int64_t hi, int64_t t0, int n) {
-  constexpr int chunks = D / 8;
-  const bf16* base = x.p + row_at(x.at, H, hi, 0);
-  for (int e = threadIdx.x; e < n * chunks; e += kThreads) {
-    const int r = e / chunks, c = e % chunks;
-    const bool real = t0 + r < x.T && 8 * c < x.width;
-    copy16(dst + r * Tiles<D>::ld + 8 * c, real ? base + (t0 + r) * x.at.row + 8 * c : base, real);
+  constexpr int chunks = D / 8, rows_a_pass = kThreads / chunks;  // a thread's chunk is the same in every row
+  const int c = static_cast<int>(threadIdx.x) % chunks, r0 = static_cast<int>(threadIdx.x) / chunks;
+  const bool column = 8 * c < x.width;
+  const int64_t step = rows_a_pass * x.at.row;
+  const bf16* src = x.p + row_at(x.at, H, hi, t0 + r0) + 8 * c;
+  bf16* to = dst + r0 * Tiles<D>::ld + 8 * c;
+  for (int r = r0; r < n; r += rows_a_pass, src += step, to += rows_a_pass * Tiles<D>::ld) {
+    const bool real = column && t0 + r < x.T;
+    copy16(to, real ? src : x.p, real);
   }
 }
 

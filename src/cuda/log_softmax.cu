@@ -165,11 +165,19 @@ __device__ inline void add_values(MaxSum& ms, const T (&x)[kCount]) {
   for (int k = 0; k < kCount; ++k) ms.s += static_cast<double>(kernels::exp_of(static_cast<T>(x[k] - ms.m)));
 }
 
-// Whether a row of f32 logits reads as float4s: 4 | v and an aligned start.
-template <class T>
-__device__ inline bool by_fours(const T* x, int64_t v) {
-  return sizeof(T) == 4 && v % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+// Whether a row of f32 or bf16 logits reads four at a time: 4 | v and an aligned start.
+template <class Z>
+__device__ inline bool by_fours(const Z* x, int64_t v) {
+  return sizeof(Z) <= 4 && v % 4 == 0 && reinterpret_cast<uintptr_t>(x) % (4 * sizeof(Z)) == 0;
 }
+// Logits [4j, 4j + 4) of a row, as f32: one 16-byte (f32) or 8-byte (bf16) load.
+__device__ inline float4 load_four(const float* x, int64_t j) { return reinterpret_cast<const float4*>(x)[j]; }
+__device__ inline float4 load_four(const kernels::bf16* x, int64_t j) {
+  const uint2 u = reinterpret_cast<const uint2*>(x)[j];
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+__device__ inline float4 load_four(const double*, int64_t) { return {}; }  // never called: f64 rows go one by one
 
 // dz[j..j+4) from four logits, stored as one 8-byte (bf16) or 16-byte (f32) write.
 template <class T, class G>
@@ -188,22 +196,21 @@ __device__ inline void store_four(G* dz, int64_t j, const float4& x, T top, T lo
 // A row of v logits a group of R threads of a block of K (a warp, or the whole block): losses[i]
 // and, when d is not null, the row of dz = softmax - onehot(t), as the CPU's cross_entropy_rows
 // (exp in T, the sum in double; Note [log-sum-exp rows]). One read of the row for its max and sum
-// (online: a thread rescales its sum when its max grows), one more to write dz; f32 rows in
-// float4s, two loads in flight a thread. Keep: the f32 row is kept in shared memory (v floats of
-// dynamic shared memory) as it is read, so that dz is made from it, not from a second read of
-// device memory (a GPT-2 row of 50304 logits is 197 KiB).
-constexpr int kCeBlock = 512, kCeKeepBlock = 1024;
-template <class T, class G, class I, int R, int K, bool Keep>
+// (online: a thread rescales its sum when its max grows), one more to write dz; f32 and bf16 rows
+// four logits a load, two loads in flight a thread. Z: the logits' storage; T: the arithmetic's
+// and the losses' (f32 for bf16 logits). (Keeping a row in shared memory between the passes, one
+// 197 KiB GPT-2 row a multiprocessor, ran at half the speed: too few loads in flight.)
+constexpr int kCeBlock = 512;
+template <class Z, class T, class G, class I, int R, int K>
 __global__ void __launch_bounds__(K)
-    cross_entropy_rows_kernel(const T* z, const I* targets, int64_t ignore_index, T* losses, G* d,
+    cross_entropy_rows_kernel(const Z* z, const I* targets, int64_t ignore_index, T* losses, G* d,
                               unsigned long long* count, int64_t n, int64_t v, ErrorSite site) {
   __shared__ MaxSum parts[K / 32];
-  extern __shared__ float4 kept[];  // Keep: the row
   const int lane = static_cast<int>(threadIdx.x % R);
   const int64_t i = blockIdx.x * int64_t{K / R} + threadIdx.x / R;
   if (i >= n) return;  // a whole group leaves together (R = 32), or none does (R = K)
   const int64_t t = static_cast<int64_t>(targets[i]);
-  const T* x = z + i * v;
+  const Z* x = z + i * v;
   G* dz = d ? d + i * v : nullptr;
   if (t == ignore_index || t < 0 || t >= v) {
     if (lane == 0) {
@@ -214,24 +221,20 @@ __global__ void __launch_bounds__(K)
       for (int64_t j = lane; j < v; j += R) dz[j] = kernels::convert<G>(T(0));
     return;
   }
-  constexpr bool kFloat = sizeof(T) == 4;  // f32 rows may go by float4s
-  const bool fours = by_fours(x, v) && (!dz || reinterpret_cast<uintptr_t>(dz) % (4 * sizeof(G)) == 0);
+  constexpr bool kFours = sizeof(Z) <= 4;  // f32 and bf16 rows may go four at a time
+  const bool fours = kFours && by_fours(x, v) && (!dz || reinterpret_cast<uintptr_t>(dz) % (4 * sizeof(G)) == 0);
   MaxSum ms{-INFINITY, 0.0};
-  if (kFloat && fours) {
-    const float4* x4 = reinterpret_cast<const float4*>(x);
+  if (fours) {
     const int64_t v4 = v / 4;
     for (int64_t j = lane; j < v4; j += 2 * R) {
-      const float4 a = x4[j], b = j + R < v4 ? x4[j + R] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-      if constexpr (Keep) {  // each thread reads back only what it wrote: no barrier
-        kept[j] = a;
-        if (j + R < v4) kept[j + R] = b;
-      }
+      const float4 a = load_four(x, j),
+                   b = j + R < v4 ? load_four(x, j + R) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
       const T vals[8] = {T(a.x), T(a.y), T(a.z), T(a.w), T(b.x), T(b.y), T(b.z), T(b.w)};
       add_values(ms, vals);
     }
   } else {
     for (int64_t j = lane; j < v; j += R) {
-      const T vals[1] = {x[j]};
+      const T vals[1] = {kernels::convert<T>(x[j])};
       add_values(ms, vals);
     }
   }
@@ -245,18 +248,17 @@ __global__ void __launch_bounds__(K)
   }
   const T top = static_cast<T>(ms.m), log_s = static_cast<T>(kernels::log_of(ms.s));
   if (lane == 0) {
-    losses[i] = -((x[t] - top) - log_s);
+    losses[i] = -((kernels::convert<T>(x[t]) - top) - log_s);
     atomicAdd(count, 1ull);
   }
   if (!dz) return;
-  if constexpr (kFloat)
+  if constexpr (kFours)
     if (fours) {
-      const float4* x4 = Keep ? kept : reinterpret_cast<const float4*>(x);
       const int64_t v4 = v / 4;
       for (int64_t j = lane; j < v4; j += 2 * R) {
-        const float4 a = x4[j];
+        const float4 a = load_four(x, j);
         if (j + R < v4) {
-          const float4 b = x4[j + R];
+          const float4 b = load_four(x, j + R);
           store_four<T, G>(dz, 4 * (j + R), b, top, log_s, t);
         }
         store_four<T, G>(dz, 4 * j, a, top, log_s, t);
@@ -264,7 +266,7 @@ __global__ void __launch_bounds__(K)
       return;
     }
   for (int64_t j = lane; j < v; j += R) {
-    const T p = kernels::exp_of((x[j] - top) - log_s);
+    const T p = kernels::exp_of((kernels::convert<T>(x[j]) - top) - log_s);
     dz[j] = kernels::convert<G>(j == t ? p - T(1) : p);
   }
 }
@@ -278,25 +280,19 @@ void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_i
   const ErrorSite site = ctx.error_site("cross_entropy", n, v);
   Tensor counter = Tensor::zeros(Shape{1}, DType::i64, z.device());
   auto* c = static_cast<unsigned long long*>(counter.raw_data());
-  dispatch_float("cross_entropy", z.dtype(), [&]<class T>() {
+  // Z: the logits' storage; T: the arithmetic's and the losses' (f32 for bf16 logits)
+  auto run = [&]<class Z, class T>() {
     dispatch_index("cross_entropy", targets.dtype(), [&]<class I>() {
       auto launch = [&]<class G>(G* d) {
         if (n == 0) return;
-        constexpr size_t kKeepMax = 200 * 1024;  // bytes of a kept row: one block a multiprocessor
-        const size_t row_bytes = static_cast<size_t>(v) * sizeof(T);
         if (v <= kWarpRowMax) {
           constexpr int64_t rows = kCeBlock / 32;
-          cross_entropy_rows_kernel<T, G, I, 32, kCeBlock, false>
+          cross_entropy_rows_kernel<Z, T, G, I, 32, kCeBlock>
               <<<static_cast<unsigned>((n + rows - 1) / rows), kCeBlock, 0, ctx.stream>>>(
-                  cdata<T>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);
-        } else if (sizeof(T) == 4 && v % 4 == 0 && row_bytes <= kKeepMax && d) {
-          auto kernel = cross_entropy_rows_kernel<T, G, I, kCeKeepBlock, kCeKeepBlock, true>;
-          TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(row_bytes)));
-          kernel<<<static_cast<unsigned>(n), kCeKeepBlock, row_bytes, ctx.stream>>>(
-              cdata<T>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);
+                  cdata<Z>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);
         } else {
-          cross_entropy_rows_kernel<T, G, I, kCeBlock, kCeBlock, false><<<static_cast<unsigned>(n), kCeBlock, 0, ctx.stream>>>(
-              cdata<T>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);
+          cross_entropy_rows_kernel<Z, T, G, I, kCeBlock, kCeBlock><<<static_cast<unsigned>(n), kCeBlock, 0, ctx.stream>>>(
+              cdata<Z>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);
         }
         TG_CUDA_CHECK_LAUNCH();
       };
@@ -306,7 +302,9 @@ void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_i
       count_to_scalar_kernel<T><<<1, 1, 0, ctx.stream>>>(c, mdata<T>(count));
       TG_CUDA_CHECK_LAUNCH();
     });
-  });
+  };
+  if (z.dtype() == DType::bf16) return run.template operator()<kernels::bf16, float>();
+  dispatch_float("cross_entropy", z.dtype(), [&]<class T>() { run.template operator()<T, T>(); });
 }
 
 void log_softmax_rows(const Tensor& x, Tensor& y) {

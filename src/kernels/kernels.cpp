@@ -115,6 +115,11 @@ void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_i
     throw Error("[cross_entropy] the gradient " + dz.shape().str() + " " + dtype_name(dz.dtype()) +
                 " does not fit the logits " + z.shape().str() + " " + dtype_name(z.dtype()) +
                 ": it needs their shape and dtype (bf16 for f32 logits)");
+  const DType stats = z.dtype() == DType::bf16 ? DType::f32 : z.dtype();
+  if (losses.dtype() != stats || count.dtype() != stats)
+    throw Error("[cross_entropy] losses " + std::string(dtype_name(losses.dtype())) + " and count " +
+                dtype_name(count.dtype()) + " do not fit " + dtype_name(z.dtype()) + " logits: they need " +
+                dtype_name(stats));
   TG_DISPATCH("cross_entropy", cross_entropy_rows(z, targets, ignore_index, losses, count, dz), &z, &targets, &losses,
               &count, &dz);
 }

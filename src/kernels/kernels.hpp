@@ -101,7 +101,8 @@ void nll_log_softmax_backward(const Tensor& lp, const Tensor& targets, int64_t i
 // losses (N,) = -lp[i, t_i] and, where dz is defined, dz (N, V) = exp(lp) - onehot(t) (softmax
 // minus the target, the gradient of each row's loss), lp = log_softmax(z) with Note [log-sum-exp
 // rows]' arithmetic; 0 and zero rows where t_i == ignore_index; count () = the rows not ignored,
-// in z's dtype. z f32 or f64; dz z's dtype, or bf16 for an f32 z (autocast: the products' operand).
+// in z's dtype. z f32 or f64, or bf16 (autocast's logits: computed in f32, the losses and the count
+// f32); dz z's dtype, or bf16 for an f32 z (autocast: the products' operand).
 void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_index, Tensor& losses, Tensor& count,
                         Tensor& dz);
 

@@ -501,6 +501,16 @@ TEST_CASE("[gpu] cross_entropy_rows: losses, count and softmax - onehot against 
         z = Tensor::from_doubles(zz, z.shape(), t);
       }
       const std::string what = std::string(name(t)) + " (" + std::to_string(n) + ", " + std::to_string(v) + ")";
+      if (t == DType::f32) {  // bf16 logits (autocast's): f32 arithmetic on both, f32 losses, a bf16 dz
+        Tensor zb = Tensor::empty(z.shape(), DType::bf16);
+        kernels::cast(z, zb);
+        std::vector<Tensor> args{zb, index_tensor(targets, DType::i32), poisoned(Shape{n}, t), poisoned(Shape{}, t),
+                                 poisoned(Shape{n, v}, DType::bf16)};
+        auto back = run_both(args, [](std::vector<Tensor>& a) { kernels::cross_entropy_rows(a[0], a[1], -100, a[2], a[3], a[4]); });
+        check_close(args[2], back[2], 1e-6, what + " bf16 logits: losses");
+        check_bits(args[3], back[3], what + " bf16 logits: count");
+        check_close(args[4], back[4], 1e-2, what + " bf16 logits: dz");
+      }
       for (DType grad : {t, DType::bf16}) {
         if (grad == DType::bf16 && t != DType::f32) continue;
         std::vector<Tensor> args{z, index_tensor(targets, DType::i32), poisoned(Shape{n}, t), poisoned(Shape{}, t),

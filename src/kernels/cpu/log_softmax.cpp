@@ -8,6 +8,8 @@
 // A row holding NaN or +inf, or all -inf, gives NaN everywhere, as PyTorch's log_softmax does.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 #include <string>
 
 #include "tapegrad/kernels/bf16.hpp"
@@ -90,13 +92,15 @@ void nll_rows(const Tensor& lp, const Tensor& targets, int64_t ignore_index, Ten
 
 // losses (N,) = -lp[i, t_i], dz (N, V) = exp(lp) - onehot(t_i) where defined, lp computed as
 // log_softmax_row computes it (so the losses are nll_rows' bits, and dz nll_log_softmax_backward's
-// with g = 1); 0 and zero rows where ignored; count () = the rows not ignored
+// with g = 1); 0 and zero rows where ignored; count () = the rows not ignored. bf16 logits are
+// widened to f32, the losses f32.
 void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_index, Tensor& losses, Tensor& count,
                         Tensor& dz) {
   const int64_t n = z.dim(0), v = z.dim(1);
-  dispatch_float("cross_entropy", z.dtype(), [&]<class T>() {
+  // Z: the logits' storage; T: the arithmetic's and the losses' dtype (f32 for bf16 logits)
+  auto run = [&]<class Z, class T>() {
     dispatch_index("cross_entropy", targets.dtype(), [&]<class I>() {
-      const T* Z = static_cast<const T*>(z.raw_data());
+      const Z* ZZ = static_cast<const Z*>(z.raw_data());
       const I* t = static_cast<const I*>(targets.raw_data());
       T* L = static_cast<T*>(losses.raw_data());
       int64_t valid = 0;
@@ -109,9 +113,16 @@ void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_i
         ++valid;
       }
       auto rows = [&]<class G>(G* D) {  // D: dz's rows, or nullptr
-        parallel_for(n, costly_rows_chunk(n, v * static_cast<int64_t>(sizeof(T))), [&](int64_t begin, int64_t end) {
+        parallel_for(n, costly_rows_chunk(n, v * static_cast<int64_t>(sizeof(Z))), [&](int64_t begin, int64_t end) {
+          std::vector<T> wide(std::is_same_v<Z, T> ? 0 : static_cast<size_t>(v));
           for (int64_t i = begin; i < end; ++i) {
-            const T* x = Z + i * v;
+            const T* x;
+            if constexpr (std::is_same_v<Z, T>) {
+              x = ZZ + i * v;
+            } else {
+              for (int64_t j = 0; j < v; ++j) wide[static_cast<size_t>(j)] = kernels::convert<T>(ZZ[i * v + j]);
+              x = wide.data();
+            }
             G* d = D ? D + i * v : nullptr;
             if (ignored(t[i], ignore_index)) {
               L[i] = T(0);
@@ -138,7 +149,9 @@ void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_i
       else rows(static_cast<T*>(dz.raw_data()));
       *static_cast<T*>(count.raw_data()) = static_cast<T>(valid);
     });
-  });
+  };
+  if (z.dtype() == DType::bf16) return run.template operator()<kernels::bf16, float>();
+  dispatch_float("cross_entropy", z.dtype(), [&]<class T>() { run.template operator()<T, T>(); });
 }
 
 // dlogits (N, V) = g_i * (exp(lp) - onehot(t_i)), 0 rows where t_i == ignore_index (dlogits may be

@@ -15,7 +15,9 @@
 // - none (a loss per row): dloss weighs each row, so the backward makes each block's logits again
 //   and runs the unfused cross-entropy's backward over them (one more product of x and W).
 // Inside an Autocast scope, x's blocks, W and dz are bf16 copies and every product sums in f32
-// (Note [autocast]); the softmax and the losses stay f32.
+// (Note [autocast]); the forward's logits are bf16 too, as the linear PyTorch's autocast runs
+// gives its cross-entropy (half the bytes of the pass that reads them twice), and the softmax
+// and the losses f32.
 #include "tapegrad/ops/fused/linear_cross_entropy.hpp"
 
 #include <algorithm>
@@ -157,7 +159,7 @@ Var linear_cross_entropy(Var x, Var w, Var targets, Reduction reduction, int64_t
   for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {  // Note [blocks of rows]
     const int64_t r1 = std::min(n, r0 + chunk_rows), m = r1 - r0;
     const Tensor xc = operand(rows_of(x2, r0, r1), compute);
-    Tensor z = Tensor::empty(Shape{m, v}, xv.dtype(), xv.device());
+    Tensor z = Tensor::empty(Shape{m, v}, compute, xv.device());  // bf16 logits under autocast
     kernels::matmul(xc, false, Wc, true, z);              // (m, V) = x_c W^T
     Tensor dz = want_x || want_w ? Tensor::empty(Shape{m, v}, compute, xv.device()) : Tensor();
     Tensor lc = block_like(losses, m);
