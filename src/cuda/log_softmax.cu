@@ -165,6 +165,43 @@ __device__ inline void add_values(MaxSum& ms, const T (&x)[kCount]) {
   for (int k = 0; k < kCount; ++k) ms.s += static_cast<double>(kernels::exp_of(static_cast<T>(x[k] - ms.m)));
 }
 
+// exp(x) for cross_entropy_rows: f32 by the multi-function unit (ex2.approx.ftz of x log2 e, about
+// 2^-21 relative, results below 2^-126 flushed to 0: a probability so small may), f64 correctly
+// rounded. The f32 rows' exponentials, two a logit, are most of the kernel's instructions.
+__device__ inline float exp_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+}
+template <class T>
+__device__ inline T exp_row(T x) {
+  if constexpr (sizeof(T) == 4) return exp_fast(x);
+  else return kernels::exp_of(x);
+}
+
+// A thread's running max and sum over f32 logits, in f32 (the partial sums of a hundred values or
+// so; the threads' parts meet in double), the NaNs remembered apart (fmaxf drops them).
+struct MaxSumF {
+  float m = -INFINITY, s = 0.f;
+  bool nan = false;
+  __device__ MaxSum wide() const { return {nan ? NAN : static_cast<double>(m), static_cast<double>(s)}; }
+};
+__device__ inline void add_values(MaxSumF& ms, const float (&x)[8]) {
+  float m = ms.m;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    m = fmaxf(m, x[k]);
+    ms.nan |= x[k] != x[k];
+  }
+  if (m > ms.m) {  // rescaled to the new max (exp(-inf) = 0 for the first)
+    ms.s *= exp_fast(ms.m - m);
+    ms.m = m;
+  }
+  if (ms.m == -INFINITY) return;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) ms.s += exp_fast(x[k] - ms.m);
+}
+
 // Whether a row of f32 or bf16 logits reads four at a time: 4 | v and an aligned start.
 template <class Z>
 __device__ inline bool by_fours(const Z* x, int64_t v) {
@@ -186,7 +223,7 @@ __device__ inline void store_four(G* dz, int64_t j, const float4& x, T top, T lo
   G out[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const T p = kernels::exp_of((static_cast<T>(xs[k]) - top) - log_s);
+    const T p = exp_row((static_cast<T>(xs[k]) - top) - log_s);
     out[k] = kernels::convert<G>(j + k == t ? p - T(1) : p);
   }
   if constexpr (sizeof(G) == 2) *reinterpret_cast<uint2*>(dz + j) = *reinterpret_cast<const uint2*>(out);
@@ -195,9 +232,10 @@ __device__ inline void store_four(G* dz, int64_t j, const float4& x, T top, T lo
 
 // A row of v logits a group of R threads of a block of K (a warp, or the whole block): losses[i]
 // and, when d is not null, the row of dz = softmax - onehot(t), as the CPU's cross_entropy_rows
-// (exp in T, the sum in double; Note [log-sum-exp rows]). One read of the row for its max and sum
-// (online: a thread rescales its sum when its max grows), one more to write dz; f32 and bf16 rows
-// four logits a load, two loads in flight a thread. Z: the logits' storage; T: the arithmetic's
+// (Note [log-sum-exp rows]; its sums in double where the threads' parts meet, a thread's own in
+// f32 for f32 rows, in double for f64 ones). One read of the row for its max and sum (online: a
+// thread rescales its sum when its max grows), one more to write dz; f32 and bf16 rows four
+// logits a load, two loads in flight a thread. Z: the logits' storage; T: the arithmetic's
 // and the losses' (f32 for bf16 logits). (Keeping a row in shared memory between the passes, one
 // 197 KiB GPT-2 row a multiprocessor, ran at half the speed: too few loads in flight.)
 constexpr int kCeBlock = 512;
@@ -224,14 +262,16 @@ __global__ void __launch_bounds__(K)
   constexpr bool kFours = sizeof(Z) <= 4;  // f32 and bf16 rows may go four at a time
   const bool fours = kFours && by_fours(x, v) && (!dz || reinterpret_cast<uintptr_t>(dz) % (4 * sizeof(G)) == 0);
   MaxSum ms{-INFINITY, 0.0};
-  if (fours) {
+  if (fours) {  // f32 arithmetic (MaxSumF)
     const int64_t v4 = v / 4;
+    MaxSumF f;
     for (int64_t j = lane; j < v4; j += 2 * R) {
       const float4 a = load_four(x, j),
                    b = j + R < v4 ? load_four(x, j + R) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-      const T vals[8] = {T(a.x), T(a.y), T(a.z), T(a.w), T(b.x), T(b.y), T(b.z), T(b.w)};
-      add_values(ms, vals);
+      const float vals[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      add_values(f, vals);
     }
+    ms = f.wide();
   } else {
     for (int64_t j = lane; j < v; j += R) {
       const T vals[1] = {kernels::convert<T>(x[j])};
@@ -266,7 +306,7 @@ __global__ void __launch_bounds__(K)
       return;
     }
   for (int64_t j = lane; j < v; j += R) {
-    const T p = kernels::exp_of((kernels::convert<T>(x[j]) - top) - log_s);
+    const T p = exp_row((kernels::convert<T>(x[j]) - top) - log_s);
     dz[j] = kernels::convert<G>(j == t ? p - T(1) : p);
   }
 }
