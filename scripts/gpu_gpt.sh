@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu_gpt: examples/gpt on a GPU machine, in one device call (scripts/gpu_check.sh runs it too):
 #  1. the tiny config on CUDA: 30 steps and a resume to 60 against 60 in one run (the same
-#     checkpoint bytes), 60 with --graph against them (the same bytes again), and a sample;
+#     checkpoint bytes), 60 with --graph against them (the same bytes again), the same with bf16
+#     products and activations (--autocast bf16, eager against --graph), and a sample;
 #  2. the small config (nanoGPT's shakespeare_char sizes) on CUDA, f32, trained on this repository's
 #     own prose (docs/*.md and README.md, about 220 KB): the step time and the validation loss;
 #  3. the PyTorch parity of the small config (tests/gpt/parity.py --device cuda, dropout 0, 100
@@ -33,6 +34,11 @@ else line "tiny, CUDA: 30 + resume to 60 = 60" FAIL "checkpoints differ (or a ru
 timeout 120 "$gpt" train --device cuda --steps 60 --graph --checkpoint "$w/c.ckpt" > "$logs/tiny_graph.log" 2>&1
 if cmp -s "$w/a.ckpt" "$w/c.ckpt"; then line "tiny, CUDA: 60 steps --graph = eager" PASS "same checkpoint bytes; $(grep '^median' "$logs/tiny_graph.log" | head -1)"
 else line "tiny, CUDA: 60 steps --graph = eager" FAIL "checkpoints differ (or the run failed: $logs/tiny_graph.log)"; fi
+# and with bf16 products and activations (Note [bf16 activations]): eager and --graph, the same bytes
+timeout 120 "$gpt" train --device cuda --steps 60 --autocast bf16 --checkpoint "$w/d.ckpt" > "$logs/tiny_bf16.log" 2>&1
+timeout 120 "$gpt" train --device cuda --steps 60 --autocast bf16 --graph --checkpoint "$w/e.ckpt" > "$logs/tiny_bf16_graph.log" 2>&1
+if [[ -s $w/d.ckpt ]] && cmp -s "$w/d.ckpt" "$w/e.ckpt"; then line "tiny, CUDA, bf16: --graph = eager" PASS "same checkpoint bytes; $(grep '^median' "$logs/tiny_bf16_graph.log" | head -1)"
+else line "tiny, CUDA, bf16: --graph = eager" FAIL "checkpoints differ (or a run failed: $logs/tiny_bf16*.log)"; fi
 timeout 60 "$gpt" sample --device cuda --checkpoint "$w/a.ckpt" --prompt "It was" --tokens 80 --top-k 10 > "$logs/tiny_sample.txt" 2>&1 \
   && line "tiny, CUDA: sample" INFO "$(head -c 90 "$logs/tiny_sample.txt" | tr '\n' ' ')" || line "tiny, CUDA: sample" FAIL "see tiny_sample.txt"
 
