@@ -97,9 +97,10 @@ TG_BINARY_OPS(TG_BINARY_DEFINE)
 
 Var pow(Var x, double exponent) { return pow(x, constant(x.graph(), exponent, x.value())); }
 
-// x (s) * s -> (s);  dx = dy * s
+// x (s) * s -> (s);  dx = dy * s. A bf16 x is scaled in f32 and rounded back (Note [bf16 activations]).
 Var scale(Var x, double s) {
   Graph& g = graph_of("scale", {x});
+  if (x.dtype() == DType::bf16) return to(scale(to(x, DType::f32), s), DType::bf16);
   need_float("scale", "input", x.value());
   Tensor out = like(x.value());
   kernels::scale(x.value(), s, out);

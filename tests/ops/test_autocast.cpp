@@ -202,6 +202,8 @@ TEST_CASE("bf16 activations: unary ops round the f32 op once, binary ops promote
   Var nb = n.input(to_bf16(x)), row = n.input(to_bf16(uniform({7}, 23)));
   CHECK(ops::add(nb, row).value().dtype() == DType::bf16);
   CHECK(ops::add(n.input(c), row).value().dtype() == DType::f32);
+  CHECK((nb * 0.5).value().dtype() == DType::bf16);  // scale: in f32, rounded back
+  CHECK((nb + 1.0).value().dtype() == DType::bf16);  // a bf16 constant, broadcast in f32
   // the norms and the softmax family widen a bf16 x; their results are f32
   CHECK(ops::softmax(nb).value().dtype() == DType::f32);
   CHECK(ops::layer_norm(nb, Var(), Var()).value().dtype() == DType::f32);
