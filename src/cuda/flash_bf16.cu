@@ -2,7 +2,8 @@
 // forward and backward. attention.cu's launchers call them (Note [bf16 flash attention]).
 //
 // Note [bf16 flash attention]
-// Under ops::Autocast the attention's products run on the tensor cores, FlashAttention-2's way:
+// Under ops::Autocast, and for bf16 operands, the attention's products run on the tensor cores,
+// FlashAttention-2's way:
 // - Every tile load is whole 16-byte cp.async copies, double buffered, into shared rows padded by
 //   16 bytes (conflict-free ldmatrix); rows past T and columns past the head size are zero-filled
 //   copies (Rows, load_tile). bf16 operands (autocast's activations: qkv straight from its
@@ -21,15 +22,16 @@
 // - forward (a block per 64 queries): for each key tile S = Q K^T, masked (keys past Tk, keys after
 //   the query when causal), the online softmax in base 2 (running max m, sum l, the output rows
 //   rescaled by 2^(m_old - m_new)), O += P V. Then O / l, lse = m scale + ln l.
-// - backward: delta first (with the dO copy). dK and dV a block per 64 keys, the query tiles
-//   streaming: S^T = K Q^T, P^T = 2^(S^T scale log2 e - lse log2 e), dV += P^T dO,
-//   dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q. dQ a block per 64 queries, the key
+// - backward: delta first (and dO's copy where one is needed). dK and dV a block per 64 keys, the
+//   query tiles streaming: S^T = K Q^T, P^T = 2^(S^T scale log2 e - lse log2 e), dV += P^T dO,
+//   dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q, P^T kept as the bf16 fragments the
+//   first product takes (fewer registers; dS from the rounded P, as dQ's kernel does too). dQ a block per 64 queries, the key
 //   tiles streaming: S, P, dP = dO V^T, dS as above, dQ += dS K. dK and dQ are scaled at the end.
 //   Recomputing S and dP in the dQ kernel (7 tile products to FlashAttention-2's 5) keeps every
 //   sum in one block in a fixed order: no atomics, the same bits on every run.
 // - causal: a query tile stops at its diagonal key tile, a key tile starts at its diagonal query
 //   tile; the longest tiles are launched first.
-// - D = 128 streams tiles of 32 rows instead of 64 (kStream), to keep two (16, 128) f32
+// - D = 128 streams tiles of 32 rows instead of 64 (Tiles<D>::stream), to keep two (16, 128) f32
 //   accumulators and the scores within the registers.
 // Against the f32 kernels the results differ by bf16's rounding of the operands, of P and of dS
 // (about 2^-9 relative each), which test_cuda bounds.
@@ -56,7 +58,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D>
 struct Tiles {
-  static constexpr int stream = D == 64 ? 64 : 32;  // rows of a streamed tile (kStream)
+  static constexpr int stream = D == 64 ? 64 : 32;  // rows of a streamed tile
   static constexpr int ld = D + 8;                  // halves a shared row: 16 bytes of padding
   static constexpr int own = kRows * ld;            // halves of the block's own (64, D) tile
   static constexpr int tile = stream * ld;          // halves of a streamed tile
