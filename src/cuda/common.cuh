@@ -292,4 +292,13 @@ inline unsigned blocks_for(int64_t n, int block = kBlock) {
   return static_cast<unsigned>(std::min<int64_t>((n + block - 1) / block, 4096));
 }
 
+// 2^x by the multi-function unit alone (ex2.approx.ftz: about 2^-22 relative; results below
+// 2^-126 flush to 0): for softmax probabilities, where exp2f's extra instructions for subnormal
+// results cost more than the exponentials themselves (the flash attention's and cross-entropy's).
+__device__ inline float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 }  // namespace tapegrad::cuda

@@ -67,7 +67,7 @@ struct Tiles {
   static constexpr int blocks = D == 64 ? 4 : 3, dkdv_blocks = D == 64 ? 3 : 2;
 };
 
-__host__ __device__ inline int64_t padded(int64_t t) { return (t + kRows - 1) / kRows * kRows; }
+inline int64_t padded(int64_t t) { return (t + kRows - 1) / kRows * kRows; }
 
 // ---- the tensor cores' instructions (PTX ISA: mma.sync m16n8k16, ldmatrix, cp.async)
 //
@@ -105,15 +105,6 @@ __device__ inline void commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ inline void wait_groups() {  // all but the N most recent groups have landed
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// 2^x by the multi-function unit alone (ex2.approx.ftz: about 2^-22 relative; results below
-// 2^-126 flush to 0, which a probability that small may): exp2f adds instructions for subnormal
-// results, and the softmax's exponentials are a large part of these kernels' instructions.
-__device__ inline float exp2_fast(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 __device__ inline int lane() { return static_cast<int>(threadIdx.x) % 32; }
@@ -395,8 +386,8 @@ __global__ void pack_dout_kernel(const X* out, const X* dout, const kernels::Att
 // ----------------------------------------------------------------------------
 // forward
 
-// out (rows of at.out, dv columns) and lse (heads, Tq) from the packed q (heads, Tqp, D), k and v
-// (heads, Tkp, D): a block per head and 64 queries.
+// out (rows of at.out, dv columns) and lse (heads, Tq) from q, k and v as Rows: a block per head
+// and 64 queries.
 template <int D, class X>
 __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
     forward_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v, X* out, float* lse, const kernels::AttentionLayout at,
@@ -440,13 +431,13 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
     for (int h = 0; h < 2; ++h) {
       const float m_new = fmaxf(m[h], quad_max(mx[h]));
       const float base = m_new == -INFINITY ? 0.f : m_new * scale2;  // no inf - inf
-      const float alpha = exp2_fast(fmaf(m[h], scale2, -base));
+      const float alpha = exp2_approx(fmaf(m[h], scale2, -base));
       m[h] = m_new;
       float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < N / 8; ++n) {
-        s[n][2 * h] = exp2_fast(fmaf(s[n][2 * h], scale2, -base));
-        s[n][2 * h + 1] = exp2_fast(fmaf(s[n][2 * h + 1], scale2, -base));
+        s[n][2 * h] = exp2_approx(fmaf(s[n][2 * h], scale2, -base));
+        s[n][2 * h + 1] = exp2_approx(fmaf(s[n][2 * h + 1], scale2, -base));
         sum += s[n][2 * h] + s[n][2 * h + 1];
       }
       l[h] = fmaf(l[h], alpha, sum);
@@ -554,7 +545,7 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::dkdv_blocks)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = 8 * n + 2 * t + e % 2;
-        p[n][e] = exp2_fast(fmaf(p[n][e], scale2, -lse2[c]));
+        p[n][e] = exp2_approx(fmaf(p[n][e], scale2, -lse2[c]));
         if (masks && key[e / 2] > t0 + c) p[n][e] = 0.f;
       }
     uint32_t pb[N / 16][4];  // P^T in bf16, as it enters both products: fewer registers than f32
@@ -615,7 +606,7 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2;
         const int64_t key = k0 + 8 * n + 2 * t + e % 2;
-        p[n][e] = exp2_fast(fmaf(p[n][e], scale2, -lse2[h]));
+        p[n][e] = exp2_approx(fmaf(p[n][e], scale2, -lse2[h]));
         if (masks && (key >= at.Tk || (causal && key > row[h]))) p[n][e] = 0.f;
       }
     uint32_t pb[N / 16][4];  // P in bf16, as the dK/dV kernel uses it
@@ -658,18 +649,26 @@ unsigned grid_of(int64_t heads, int64_t rows, int64_t* tiles) {
 // 16-byte copies (the width and every step a multiple of 8 elements, the start 16-byte aligned);
 // else a packed bf16 copy (heads, Tp, D), zeros past T and the width, made in `keep`.
 template <class X>
+bool in_place(const Tensor& x, const kernels::HeadRows& rows, int64_t w) {
+  return std::is_same_v<X, bf16> && w % 8 == 0 && rows.offset % 8 == 0 && rows.batch % 8 == 0 && rows.head % 8 == 0 &&
+         rows.row % 8 == 0 && rows.row <= INT32_MAX && reinterpret_cast<uintptr_t>(x.raw_data()) % 16 == 0;
+}
+// A packed copy p (heads, Tp, D) as Rows: every row and column there, the padding zeros.
+Rows packed_rows(const Tensor& p, int64_t H) {
+  const int64_t Tp = p.dim(1), D = p.dim(2);
+  return {cdata<bf16>(p), kernels::HeadRows{0, H * Tp * D, Tp * D, D}, Tp, static_cast<int>(D)};
+}
+
+template <class X>
 Rows operand(const Tensor& x, const kernels::HeadRows& rows, const kernels::AttentionLayout& at, int64_t T, int64_t w,
              int D, Tensor& keep) {
-  const bool direct = std::is_same_v<X, bf16> && w % 8 == 0 && rows.offset % 8 == 0 && rows.batch % 8 == 0 &&
-                      rows.head % 8 == 0 && rows.row % 8 == 0 && rows.row <= INT32_MAX &&
-                      reinterpret_cast<uintptr_t>(x.raw_data()) % 16 == 0;
-  if (direct) return {cdata<bf16>(x), rows, T, static_cast<int>(w)};
+  if (in_place<X>(x, rows, w)) return {cdata<bf16>(x), rows, T, static_cast<int>(w)};
   const int64_t heads = at.B * at.H, Tp = padded(T);
   keep = Tensor::empty(Shape{heads, Tp, D}, DType::bf16, x.device());
   pack_kernel<X><<<blocks_for(heads * Tp * (D / 8), 256), 256, 0, stream_for(x)>>>(
       cdata<X>(x), rows, at.H, heads, T, Tp, static_cast<int>(w), D, mdata<bf16>(keep));
   TG_CUDA_CHECK_LAUNCH();
-  return {cdata<bf16>(keep), kernels::HeadRows{0, at.H * Tp * D, Tp * D, D}, Tp, D};
+  return packed_rows(keep, at.H);
 }
 
 // q, k, v as the kernels read them, and the packed copies made for them.
@@ -706,14 +705,12 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   const cudaStream_t stream = stream_for(q);
   const int64_t heads = at.B * at.H, Tqp = padded(at.Tq);
   Operands o = Operands::of<X>(q, k, v, at, D);
-  // dout: where it lies when it can be read so (then only delta is made), else packed with delta
-  const bool direct = std::is_same_v<X, bf16> && at.dv % 8 == 0 && at.out.offset % 8 == 0 && at.out.batch % 8 == 0 &&
-                      at.out.head % 8 == 0 && at.out.row % 8 == 0 && at.out.row <= INT32_MAX &&
-                      reinterpret_cast<uintptr_t>(dout.raw_data()) % 16 == 0;
+  // dout (sharing out's layout): where it lies when it can be read so (then only delta is made),
+  // else packed with delta
+  const bool direct = in_place<X>(dout, at.out, at.dv);
   Tensor& gp = o.copies[3];
   if (!direct) gp = Tensor::empty(Shape{heads, Tqp, D}, DType::bf16, q.device());
-  const Rows g = direct ? Rows{cdata<bf16>(dout), at.out, at.Tq, static_cast<int>(at.dv)}
-                        : Rows{cdata<bf16>(gp), kernels::HeadRows{0, at.H * Tqp * D, Tqp * D, D}, Tqp, D};
+  const Rows g = direct ? Rows{cdata<bf16>(dout), at.out, at.Tq, static_cast<int>(at.dv)} : packed_rows(gp, at.H);
   Tensor delta = Tensor::empty(Shape{heads, at.Tq}, DType::f32, q.device());
   pack_dout_kernel<X><<<blocks_for(heads * Tqp * 32, 256), 256, 0, stream>>>(
       cdata<X>(out), cdata<X>(dout), at, Tqp, D, direct ? nullptr : mdata<bf16>(gp), mdata<float>(delta));

@@ -165,14 +165,9 @@ __device__ inline void add_values(MaxSum& ms, const T (&x)[kCount]) {
   for (int k = 0; k < kCount; ++k) ms.s += static_cast<double>(kernels::exp_of(static_cast<T>(x[k] - ms.m)));
 }
 
-// exp(x) for cross_entropy_rows: f32 by the multi-function unit (ex2.approx.ftz of x log2 e, about
-// 2^-21 relative, results below 2^-126 flushed to 0: a probability so small may), f64 correctly
-// rounded. The f32 rows' exponentials, two a logit, are most of the kernel's instructions.
-__device__ inline float exp_fast(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * 1.4426950408889634f));
-  return y;
-}
+// exp(x) for cross_entropy_rows: f32 as exp2_approx(x log2 e) (about 2^-21 relative), f64
+// correctly rounded.
+__device__ inline float exp_fast(float x) { return exp2_approx(x * 1.4426950408889634f); }
 template <class T>
 __device__ inline T exp_row(T x) {
   if constexpr (sizeof(T) == 4) return exp_fast(x);
@@ -214,7 +209,6 @@ __device__ inline float4 load_four(const kernels::bf16* x, int64_t j) {
   return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
                      __uint_as_float(u.y & 0xffff0000u));
 }
-__device__ inline float4 load_four(const double*, int64_t) { return {}; }  // never called: f64 rows go one by one
 
 // dz[j..j+4) from four logits, stored as one 8-byte (bf16) or 16-byte (f32) write.
 template <class T, class G>
@@ -232,12 +226,11 @@ __device__ inline void store_four(G* dz, int64_t j, const float4& x, T top, T lo
 
 // A row of v logits a group of R threads of a block of K (a warp, or the whole block): losses[i]
 // and, when d is not null, the row of dz = softmax - onehot(t), as the CPU's cross_entropy_rows
-// (Note [log-sum-exp rows]; its sums in double where the threads' parts meet, a thread's own in
-// f32 for f32 rows, in double for f64 ones). One read of the row for its max and sum (online: a
-// thread rescales its sum when its max grows), one more to write dz; f32 and bf16 rows four
-// logits a load, two loads in flight a thread. Z: the logits' storage; T: the arithmetic's
-// and the losses' (f32 for bf16 logits). (Keeping a row in shared memory between the passes, one
-// 197 KiB GPT-2 row a multiprocessor, ran at half the speed: too few loads in flight.)
+// (Note [log-sum-exp rows]; its sums in double where the threads' parts meet). One read of the
+// row for its max and sum (online: a thread rescales its sum when its max grows), one more to
+// write dz. f32 and bf16 rows whose length is a multiple of 4 go four logits a load, two loads in
+// flight a thread, a thread's sum in f32 (MaxSumF); other rows one logit at a time, in double.
+// Z: the logits' storage; T: the arithmetic's and the losses' (f32 for bf16 logits).
 constexpr int kCeBlock = 512;
 template <class Z, class T, class G, class I, int R, int K>
 __global__ void __launch_bounds__(K)
@@ -262,22 +255,23 @@ __global__ void __launch_bounds__(K)
   constexpr bool kFours = sizeof(Z) <= 4;  // f32 and bf16 rows may go four at a time
   const bool fours = kFours && by_fours(x, v) && (!dz || reinterpret_cast<uintptr_t>(dz) % (4 * sizeof(G)) == 0);
   MaxSum ms{-INFINITY, 0.0};
-  if (fours) {  // f32 arithmetic (MaxSumF)
-    const int64_t v4 = v / 4;
-    MaxSumF f;
-    for (int64_t j = lane; j < v4; j += 2 * R) {
-      const float4 a = load_four(x, j),
-                   b = j + R < v4 ? load_four(x, j + R) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
-      const float vals[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-      add_values(f, vals);
+  if constexpr (kFours)
+    if (fours) {  // f32 arithmetic (MaxSumF)
+      const int64_t v4 = v / 4;
+      MaxSumF f;
+      for (int64_t j = lane; j < v4; j += 2 * R) {
+        const float4 a = load_four(x, j),
+                     b = j + R < v4 ? load_four(x, j + R) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+        const float vals[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        add_values(f, vals);
+      }
+      ms = f.wide();
     }
-    ms = f.wide();
-  } else {
+  if (!fours)
     for (int64_t j = lane; j < v; j += R) {
       const T vals[1] = {kernels::convert<T>(x[j])};
       add_values(ms, vals);
     }
-  }
   for (int offset = 16; offset > 0; offset /= 2)
     ms = merge(ms, MaxSum{__shfl_xor_sync(0xffffffffu, ms.m, offset), __shfl_xor_sync(0xffffffffu, ms.s, offset)});
   if constexpr (R > 32) {  // the warps' parts, in warp order

@@ -252,6 +252,17 @@ TEST_CASE("autocast and bf16 products refuse what they do not support, by name")
   Tensor o = Tensor::empty(Shape{2, 3}, DType::bf16);
   CHECK(message_of([&] { kernels::binary(kernels::Binary::add, a, Tensor::zeros(Shape{3}, DType::f32), o); }) ==
         "[add] bf16 takes f32 and bf16 of one shape: got (2, 3) bf16, (3,) f32 into (2, 3) bf16");
+  // cross_entropy_rows: dz in the logits' dtype (bf16 for f32 logits), losses f32 for bf16 logits
+  const Tensor targets = Tensor::zeros(Shape{2}, DType::i32);
+  Tensor losses = Tensor::empty(Shape{2}, DType::f64), count = Tensor::empty(Shape{}, DType::f64);
+  Tensor dz = Tensor::empty(Shape{2, 3}, DType::bf16);
+  CHECK(message_of([&] {
+          kernels::cross_entropy_rows(Tensor::zeros(Shape{2, 3}, DType::f64), targets, -100, losses, count, dz);
+        }) == "[cross_entropy] the gradient (2, 3) bf16 does not fit the logits (2, 3) f64: it needs their shape and "
+              "dtype (bf16 for f32 logits)");
+  Tensor small_losses = Tensor::empty(Shape{2}, DType::bf16), f32_count = Tensor::empty(Shape{}, DType::f32);
+  CHECK(message_of([&] { kernels::cross_entropy_rows(a, targets, -100, small_losses, f32_count, dz); }) ==
+        "[cross_entropy] losses bf16 and count f32 do not fit bf16 logits: they need f32");
   CHECK(message_of([&] { (void)ops::to(g.input(Tensor::empty(Shape{2}, DType::f16)), DType::f32); }) ==
         "[to] no CPU kernel for f16");
 }
