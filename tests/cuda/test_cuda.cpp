@@ -324,7 +324,7 @@ TEST_CASE("[gpu] f32 matmul uses TF32 only when allowed") {
   check_close(args[2], back[2], 5e-3, "tf32 matmul");  // 10-bit products: ~1e-3 relative
 }
 
-TEST_CASE("[gpu] bf16 casts give the CPU's bits; autocast's products the CPU's within f32's rounding") {
+TEST_CASE("[gpu] bf16 casts give the CPU's bits; autocast's products the CPU's within their rounding") {
   // every f32 bit pattern class: random words (NaNs, infinities, subnormals among them) and ties
   std::vector<float> words;
   std::mt19937 bits(11);
@@ -366,7 +366,11 @@ TEST_CASE("[gpu] bf16 casts give the CPU's bits; autocast's products the CPU's w
     };
     const std::vector<Tensor> cpu = run(kCpu), gpu = run(kGpu);
     const char* names[] = {"y", "dx", "dW", "db"};
-    for (size_t k = 0; k < cpu.size(); ++k) check_close(cpu[k], gpu[k], 1e-5, what + " " + names[k]);
+    // y is bf16 (Note [bf16 activations]): f32 sums that differ in their last bit may round to
+    // neighbouring bf16 values, 2^-8 apart relatively; the gradients are f32 sums of the same bf16
+    // operands on both devices
+    CHECK(cpu[0].dtype() == DType::bf16);
+    for (size_t k = 0; k < cpu.size(); ++k) check_close(cpu[k], gpu[k], k == 0 ? 4e-3 : 1e-5, what + " " + names[k]);
   }
 }
 
