@@ -19,6 +19,7 @@
 #include <chrono>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tapegrad/kernels/kernels.hpp"
@@ -76,9 +77,16 @@ void cblas_products(const Product& p, DType t, const Tensor& a, const Tensor& b,
 }
 
 // kernel, op and cblas in turn (the file's comment), in blocks of about 10 ms each, every block
-// after 2 ms of untimed calls: a pool's threads spin for a while after their last work (tapegrad's
-// workers 500 us, Note [intra-op threads]), and the next way's first calls would share the cores
-// with them. The benchmark's own time is all of it; the counters are each way's GFLOP/s.
+// after 2 ms of untimed calls. A pool's threads spin for a while after their last work, and the
+// next way's calls would share the cores with them: tapegrad's workers for 500 us (Note
+// [intra-op threads]), which the untimed calls cover, and OpenBLAS's for 2^28 TSC cycles (its
+// THREAD_TIMEOUT default, about 0.1 s at 2.6 GHz), calling sched_yield, which would cover the
+// kernel's and the op's blocks that follow. Hence, after a threaded cblas block, an untimed pause
+// of kOpenBlasSpin before the next way (OPENBLAS_THREAD_TIMEOUT would shorten the spin, but then
+// every threaded call would pay to wake its threads). The benchmark's own time is all of it; the
+// counters are each way's GFLOP/s.
+constexpr auto kOpenBlasSpin = std::chrono::milliseconds(250);  // 2^28 cycles down to a 1.1 GHz TSC
+
 void three_ways(benchmark::State& state, const Product& p, DType t, int threads) {
   set_num_threads(threads);
   const Tensor a = random(p.a, t), b = random(p.b, t);
@@ -111,6 +119,7 @@ void three_ways(benchmark::State& state, const Product& p, DType t, int threads)
         ++calls[way];
       } while (seconds_since(t0) < 10e-3);
       seconds[way] += seconds_since(t0);
+      if (way == 2 && threads > 1) std::this_thread::sleep_for(kOpenBlasSpin);
     }
   }
   const char* names[3] = {"kernel", "op", "cblas"};
