@@ -13,7 +13,13 @@
 //   Argument {threads}. tapegrad's runs through ops::linear and the fused attention; libtorch's
 //   through at::linear and the composite softmax(q k^T / sqrt(hd) + mask) v that libtorch 1.13 runs
 //   on the CPU.
+// Threads: Debian's libtorch multiplies through libblas.so.3, OpenBLAS here, whose own threads
+// at::set_num_threads does not govern; with libtorch's two OpenMP threads each starting OpenBLAS's
+// two, a 2-thread attention block took 52 ms instead of 8. So libtorch's benchmarks set OpenBLAS to
+// one thread, as tapegrad's kernels do (Note [BLAS threads] in src/kernels/cpu/linalg.cpp): each
+// library's thread count is its own intra-op threads.
 #include <benchmark/benchmark.h>
+#include <cblas.h>
 
 #include <cmath>
 #include <random>
@@ -105,6 +111,7 @@ at::Tensor torch_random(at::IntArrayRef shape, uint64_t seed) {
 }
 
 void BM_TorchChain(benchmark::State& state) {
+  openblas_set_num_threads(1);
   at::set_num_threads(static_cast<int>(state.range(1)));
   const int64_t n = rows_of(state);
   at::Tensor x = torch_random({n, kC}, 1).requires_grad_(), w = torch_random({kC}, 2).requires_grad_(),
@@ -121,6 +128,7 @@ void BM_TorchChain(benchmark::State& state) {
 }
 
 void BM_TorchSoftmax(benchmark::State& state) {
+  openblas_set_num_threads(1);
   at::set_num_threads(static_cast<int>(state.range(1)));
   const int64_t n = rows_of(state);
   at::Tensor x = torch_random({n, kC}, 1).requires_grad_(), r = torch_random({n, kC}, 4);
@@ -133,6 +141,7 @@ void BM_TorchSoftmax(benchmark::State& state) {
 }
 
 void BM_TorchAttentionBlock(benchmark::State& state) {
+  openblas_set_num_threads(1);
   at::set_num_threads(static_cast<int>(state.range(0)));
   at::Tensor x = torch_random({kB, kT, kD}, 1).requires_grad_();
   at::Tensor wqkv = torch_random({3 * kD, kD}, 2).requires_grad_(), bqkv = torch_random({3 * kD}, 3).requires_grad_();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cpu_paths.hpp"
+#include "tapegrad/kernels/cpu/cpu_kernels.hpp"
 #include "tapegrad/kernels/cpu/simd.hpp"
 
 using namespace tapegrad;
@@ -333,5 +334,26 @@ TEST_CASE("the vector paths' softmax rows are within 2 ulps of the double softma
     std::fill(x.begin(), x.end(), -INFINITY);
     CHECK_FALSE(k.softmax_row(x.data(), y.data(), 40));
     CHECK_FALSE(k.softmax_row(x.data(), y.data(), k.lanes - 1));
+  }
+}
+
+// exp_f32 answers expf's underflow to +0 itself (rows.cpp); every exponential of the attention's
+// rows (exp_shifted_row, on this CPU's path) still has the C library's bits, around that threshold,
+// past it, at -inf and across the vector lanes' own range.
+TEST_CASE("exp_shifted_row gives the C library's expf bits at and past expf's underflow, on this CPU's path") {
+  std::vector<float> x;
+  const float threshold = -0x1.9fe368p6f;  // below it expf rounds to +0
+  for (float v = threshold; x.size() < 40; v = std::nextafter(v, 0.0f)) x.push_back(v);
+  for (float v = threshold; x.size() < 80; v = std::nextafter(v, -1000.0f)) x.push_back(v);
+  for (float v : {-87.0f, -88.0f, -88.8f, -100.0f, -104.0f, -150.0f, -1e30f, -std::numeric_limits<float>::infinity(),
+                  0.0f, -0.0f, -1.5f, 80.0f})
+    x.push_back(v);
+  for (const float shift : {0.0f, 3.25f}) {
+    std::vector<float> y(x.size());
+    cpu::exp_shifted_row(x.data(), shift, y.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      INFO("x = " << x[i] << ", shift " << shift);
+      CHECK(std::bit_cast<uint32_t>(y[i]) == std::bit_cast<uint32_t>(std::exp(x[i] - shift)));
+    }
   }
 }

@@ -234,7 +234,23 @@ void sum_rows(const Tensor& x, Tensor& out) {
     T* O = static_cast<T*>(out.raw_data());
     // columns split over the threads, each column's sum whole on one
     parallel_for(m, chunk_for(m, n * static_cast<int64_t>(sizeof(T)), Work::arithmetic), [&](int64_t begin, int64_t end) {
-      for (int64_t j = begin; j < end; ++j) O[j] = row_sum(X + j, static_cast<size_t>(n), static_cast<size_t>(m));
+      if constexpr (std::is_same_v<T, double>) {
+        for (int64_t j = begin; j < end; ++j) O[j] = row_sum(X + j, static_cast<size_t>(n), static_cast<size_t>(m));
+      } else {
+        // row_sum's order (rows in order, in double) for up to 256 columns at a time, reading the
+        // rows' runs of them rather than one column down the rows: the same bits, in cache order
+        constexpr int64_t kColumns = 256;
+        double acc[kColumns];
+        for (int64_t j0 = begin; j0 < end; j0 += kColumns) {
+          const int64_t width = std::min(kColumns, end - j0);
+          std::fill(acc, acc + width, 0.0);
+          for (int64_t i = 0; i < n; ++i) {
+            const T* row = X + i * m + j0;
+            for (int64_t j = 0; j < width; ++j) acc[j] += static_cast<double>(row[j]);
+          }
+          for (int64_t j = 0; j < width; ++j) O[j0 + j] = static_cast<T>(acc[j]);
+        }
+      }
     });
   });
 }

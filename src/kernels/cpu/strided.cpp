@@ -29,17 +29,34 @@ namespace {
 
 // f(off, n, inner) for each run of the walk's last axis inside elements [begin, end): off are the
 // operands' offsets at the run's first element, n its length, inner the operands' last-axis strides.
+// The position of `begin` is found once (Walk::at's divisions); each next run's comes from the
+// last one's by stepping the axes' indices like an odometer, which for short runs (a transpose's
+// rows of one head) is most of the cost that dividing per run would have been.
 template <int N, class F>
 void for_each_run(const Walk<N>& w, int64_t begin, int64_t end, F&& f) {
   int64_t inner[N];
   for (int k = 0; k < N; ++k) inner[k] = w.ndim > 0 ? w.stride[k][w.ndim - 1] : 0;
-  const int64_t last = w.ndim > 0 ? w.size[w.ndim - 1] : 1;
+  if (begin >= end) return;
+  int64_t off[N];
+  w.at(begin, off);
+  if (w.ndim == 0) return f(off, end - begin, inner);  // the one element
+  int64_t index[kernels::kMaxDims];  // begin's index along each axis
+  for (int64_t d = w.ndim - 1, i = begin; d >= 0; --d) {
+    index[d] = i % w.size[d];
+    i /= w.size[d];
+  }
+  const int last = w.ndim - 1;
   for (int64_t i = begin; i < end;) {
-    int64_t off[N];
-    w.at(i, off);
-    const int64_t n = std::min(last - i % last, end - i);
+    const int64_t n = std::min(w.size[last] - index[last], end - i);
     f(off, n, inner);
     i += n;
+    index[last] += n;
+    for (int k = 0; k < N; ++k) off[k] += n * inner[k];
+    for (int d = last; d > 0 && index[d] == w.size[d]; --d) {  // carry into the axes outside
+      index[d] = 0;
+      ++index[d - 1];
+      for (int k = 0; k < N; ++k) off[k] += w.stride[k][d - 1] - w.size[d] * w.stride[k][d];
+    }
   }
 }
 
