@@ -236,7 +236,11 @@ std::vector<const T*> sparse_rows(const kernels::AdamWSlot& slot, int64_t* d) {
 
 void adamw_step(const kernels::AdamWSlot& slot, const AdamWScalars& s) {
   int64_t d = 1;
-  if (slot.param->dtype() == DType::f64) return adamw_step_f64(slot, s, sparse_rows<double>(slot, &d), d);
+  if (slot.param->dtype() == DType::f64) {
+    // sparse_rows sets d: called before d is read (a call's arguments have no order)
+    const std::vector<const double*> rows = sparse_rows<double>(slot, &d);
+    return adamw_step_f64(slot, s, rows, d);
+  }
   if (slot.param->dtype() != DType::f32)
     throw Error(std::string("[adamw] no CPU kernel for ") + dtype_name(slot.param->dtype()) + " (f64 and f32)");
   const std::vector<const float*> rows = sparse_rows<float>(slot, &d);
