@@ -51,10 +51,11 @@ int64_t checked_index(const char* op, const I* ids, int64_t i, int64_t rows, con
   return r;
 }
 
-// The f32 softmax's exponential: the C library's expf. Below -0x1.9fe368p6 (about -103.97) expf
-// rounds to +0, and glibc gets there through its underflow handler, which raises the flag and sets
-// errno: several times an ordinary call, and a causal attention's scores reach it in every row of
-// a trained model. That +0 is answered here; every other x goes to expf.
+// The f32 softmax's exponential: the C library's expf. Below -0x1.9fe368p6 (about -103.97) the
+// correctly rounded exp(x) is +0, and glibc returns it through its underflow handler, which raises
+// the flag and sets errno: several times an ordinary call, and a causal attention's scores reach it
+// in every row of a trained model. That +0 is answered here (glibc's bits, tested); every other x
+// goes to expf.
 float exp_f32(float x) { return x < -0x1.9fe368p6f ? 0.0f : std::exp(x); }
 
 // Whether path k's exponentials reproduce exp_f32 on this machine (Note [vectorized expf] in
