@@ -342,7 +342,7 @@ TEST_CASE("the vector paths' softmax rows are within 2 ulps of the double softma
 // past it, at -inf and across the vector lanes' own range.
 TEST_CASE("exp_shifted_row gives the C library's expf bits at and past expf's underflow, on this CPU's path") {
   std::vector<float> x;
-  const float threshold = -0x1.9fe368p6f;  // below it expf rounds to +0
+  const float threshold = simd::kExpfZeroBelow;  // below it expf rounds to +0
   for (float v = threshold; x.size() < 40; v = std::nextafter(v, 0.0f)) x.push_back(v);
   for (float v = threshold; x.size() < 80; v = std::nextafter(v, -1000.0f)) x.push_back(v);
   for (float v : {-87.0f, -88.0f, -88.8f, -100.0f, -104.0f, -150.0f, -1e30f, -std::numeric_limits<float>::infinity(),

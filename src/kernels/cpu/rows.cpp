@@ -56,7 +56,7 @@ int64_t checked_index(const char* op, const I* ids, int64_t i, int64_t rows, con
 // the flag and sets errno: several times an ordinary call, and a causal attention's scores reach it
 // in every row of a trained model. That +0 is answered here (glibc's bits, tested); every other x
 // goes to expf.
-float exp_f32(float x) { return x < -0x1.9fe368p6f ? 0.0f : std::exp(x); }
+float exp_f32(float x) { return x < simd::kExpfZeroBelow ? 0.0f : std::exp(x); }
 
 // Whether path k's exponentials reproduce exp_f32 on this machine (Note [vectorized expf] in
 // simd_paths.inc), checked once for each path this CPU has.

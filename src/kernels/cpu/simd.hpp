@@ -128,6 +128,10 @@ constexpr bool vector_unary_backward(kernels::Unary op) {
 const Kernels& kernels_of(Path p);  // p's kernels (the scalar ones where p is not built)
 inline const Kernels& active_kernels() { return kernels_of(active()); }
 
+// Below this x the correctly rounded expf(x) is +0 (glibc returns it through its slow underflow
+// handler): exp_f32 (rows.cpp) and exp_row's special lanes answer +0 themselves.
+inline constexpr float kExpfZeroBelow = -0x1.9fe368p6f;  // about -103.97
+
 // Whether k.exp_row gives scalar_exp's bits on a sample of 4,096 inputs spread over the shifted
 // logits' range (Note [vectorized expf]); false on the scalar path.
 bool reproduces(const Kernels& k, float (*scalar_exp)(float));
