@@ -6,14 +6,20 @@
 //   the CPU's bit for bit; dweight and dbias are sum_rows (correctly rounded) of dy * xhat and dy.
 // - f32 rows: one warp per row; each lane adds its columns (lane, lane + 32, ...) in double in
 //   order, then a fixed butterfly adds the lanes: deterministic; off from the CPU only through the
-//   order of those sums. dweight and dbias: blocks of rows sum their columns in double (each block
-//   in a fixed order), then each column's block sums are added in block order, so no atomics.
+//   order of those sums. dweight and dbias: in the backward's own pass where they fit shared
+//   memory (Note [norm backward blocks]), else in a kernel of their own (Note [norm column
+//   blocks]); either way blocks of rows sum their columns in fixed orders, then each column's
+//   block sums are added in block order, so no atomics.
+// - bf16 (autocast, Note [bf16 activations] in src/ops/autocast.hpp): an f32 x may be normalised
+//   into a bf16 y (the f32 value rounded once, as a cast after it would), and the backward then
+//   reads a bf16 dy (each element widened exactly); x, the statistics, dx and the sums stay f32.
 // - dropout: one thread per block of four elements, running the CPU's Philox (philox.hpp): the
 //   same mask and the same bits as the CPU.
 // - Sums that run out of ExactSum's partials are recorded (Note [kernel errors] in memory.cu).
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
 #include "tapegrad/cuda/exact_sum.cuh"
+#include "tapegrad/kernels/bf16.hpp"
 #include "tapegrad/kernels/philox.hpp"
 
 namespace tapegrad::cuda {
@@ -32,14 +38,16 @@ __device__ inline double lanes_sum(double v) {
 }
 
 // The arguments every norm kernel takes; x, mean and rstd are (n, m), (n,), (n,). A null pointer
-// is an absent tensor (no weight, no bias, no mean for rms_norm, a gradient not wanted).
-template <class T>
+// is an absent tensor (no weight, no bias, no mean for rms_norm, a gradient not wanted). IO is the
+// type of y and dy: T, or bf16 for f32 rows under autocast.
+template <class T, class IO = T>
 struct NormRows {
   const T* x;
-  const T* dy;
+  const IO* dy;
   const T* w;
   const T* b;
-  T* out;  // forward: y; backward: dx
+  IO* y;   // forward
+  T* dx;   // backward
   T* mean;
   T* rstd;
   int64_t n, m;
@@ -47,20 +55,21 @@ struct NormRows {
   bool centered;  // layer_norm; else rms_norm
 };
 
-template <class T>
-__device__ inline T xhat_of(const NormRows<T>& a, T x, T mean, T rstd) {
+template <class T, class IO>
+__device__ inline T xhat_of(const NormRows<T, IO>& a, T x, T mean, T rstd) {
   return a.centered ? (x - mean) * rstd : x * rstd;
 }
 
-template <class T>
-__device__ inline T affine(const NormRows<T>& a, T v, int64_t j) {
+template <class T, class IO>
+__device__ inline T affine(const NormRows<T, IO>& a, T v, int64_t j) {
   if (a.w) v = v * a.w[j];
   if (a.b) v = v + a.b[j];
   return v;
 }
 
 // y (n, m) and mean, rstd (n,), f32: one warp per row.
-__global__ void norm_forward_f32_kernel(NormRows<float> a) {
+template <class IO>
+__global__ void norm_forward_f32_kernel(NormRows<float, IO> a) {
   const int64_t warps = int64_t{gridDim.x} * blockDim.x / kNormWarp;
   const int lane = threadIdx.x % kNormWarp;
   for (int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kNormWarp; i < a.n; i += warps) {
@@ -78,8 +87,9 @@ __global__ void norm_forward_f32_kernel(NormRows<float> a) {
     }
     const double var = lanes_sum(part) / static_cast<double>(a.m);
     const float mean_t = static_cast<float>(mean), rstd_t = static_cast<float>(1.0 / sqrt(var + a.eps));
-    float* y = a.out + i * a.m;
-    for (int64_t j = lane; j < a.m; j += kNormWarp) y[j] = affine(a, xhat_of(a, x[j], mean_t, rstd_t), j);
+    IO* y = a.y + i * a.m;
+    for (int64_t j = lane; j < a.m; j += kNormWarp)
+      y[j] = kernels::convert<IO>(affine(a, xhat_of(a, x[j], mean_t, rstd_t), j));
     if (lane == 0) {
       if (a.mean) a.mean[i] = mean_t;
       a.rstd[i] = rstd_t;
@@ -106,46 +116,91 @@ __global__ void norm_forward_f64_kernel(NormRows<double> a, ErrorSite site) {
     }
     if (out_of_partials || q.out_of_partials) record_error(site, ErrorKind::sum_out_of_partials, i, ExactSum::kPartials);
     const double rstd = 1.0 / sqrt(q.result() / static_cast<double>(a.m) + a.eps);
-    double* y = a.out + i * a.m;
+    double* y = a.y + i * a.m;
     for (int64_t j = 0; j < a.m; ++j) y[j] = affine(a, xhat_of(a, x[j], mean, rstd), j);
     if (a.mean) a.mean[i] = mean;
     a.rstd[i] = rstd;
   }
 }
 
-// dx (n, m), f32: one warp per row. g = dy * w; dx = rstd * ((g - mean(g)) - xhat * mean(g * xhat))
-// (rms_norm: without the mean(g) term).
-__global__ void norm_backward_f32_kernel(NormRows<float> a) {
-  const int64_t warps = int64_t{gridDim.x} * blockDim.x / kNormWarp;
-  const int lane = threadIdx.x % kNormWarp;
-  for (int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kNormWarp; i < a.n; i += warps) {
+// Note [norm backward blocks]
+// The f32 backward, dx and the column sums in one pass. Block b takes rows_per_warp rows for each
+// of its warps, warp w rows (b W + w) rows_per_warp on, one at a time in order; a row is two
+// passes of its warp over it: the sums of g = dy * w and g * xhat (each lane its columns in
+// double, then lanes_sum), then dx = rstd * ((g - mean(g)) - xhat * mean(g * xhat)) (rms_norm:
+// without the mean(g) term). When dweight or dbias is wanted, the second pass also adds dy * xhat
+// (and dy), rounded to f32, into the warp's own row of shared memory in f32 (each lane owns its
+// columns: no two threads write a word), in row order; then the block adds its warps' rows in warp
+// order in double and writes them as its partial sums (blocks, m), which sum_chunks_kernel adds in
+// block order. With rows_per_warp = 4, a warp's f32 sums have the CPU's groups of four rows (Note
+// [norm backward arithmetic] in cpu/norm.cpp); every order follows from the shape. This reads x
+// and dy once for dx and the sums together. Where the warps' rows do not fit shared memory, the
+// sums run in norm_columns_f32_kernel instead (Note [norm column blocks]).
+constexpr int kBackwardWarps = 8, kBackwardRowsPerWarp = 4;
+
+template <class IO>
+__global__ void norm_backward_f32_kernel(NormRows<float, IO> a, int rows_per_warp, double* partial_w,
+                                         double* partial_b) {
+  extern __shared__ float columns[];  // (warps, m) sums of dy * xhat where wanted, then (warps, m) of dy
+  const int warps = blockDim.x / kNormWarp, warp = threadIdx.x / kNormWarp, lane = threadIdx.x % kNormWarp;
+  float* const sums_w = partial_w ? columns : nullptr;
+  float* const sums_b = partial_b ? columns + (partial_w ? int64_t{warps} * a.m : 0) : nullptr;
+  float* const cw = sums_w ? sums_w + int64_t{warp} * a.m : nullptr;
+  float* const cb = sums_b ? sums_b + int64_t{warp} * a.m : nullptr;
+  for (int64_t j = lane; j < a.m; j += kNormWarp) {
+    if (cw) cw[j] = 0.0f;
+    if (cb) cb[j] = 0.0f;
+  }
+  const int64_t first = (int64_t{blockIdx.x} * warps + warp) * rows_per_warp;
+  const int64_t last = first + rows_per_warp < a.n ? first + rows_per_warp : a.n;
+  for (int64_t i = first; i < last; ++i) {
     const float* x = a.x + i * a.m;
-    const float* dy = a.dy + i * a.m;
+    const IO* dy = a.dy + i * a.m;
     const float mean = a.centered ? a.mean[i] : 0.0f, rstd = a.rstd[i];
-    double part_g = 0.0, part_gx = 0.0;
-    for (int64_t j = lane; j < a.m; j += kNormWarp) {
-      const float g = a.w ? dy[j] * a.w[j] : dy[j];
-      part_g += static_cast<double>(g);
-      part_gx += static_cast<double>(g * xhat_of(a, x[j], mean, rstd));  // the f32 product, as the CPU's
+    float mean_g = 0.0f, mean_gx = 0.0f;
+    if (a.dx) {
+      double part_g = 0.0, part_gx = 0.0;
+      for (int64_t j = lane; j < a.m; j += kNormWarp) {
+        const float d = kernels::convert<float>(dy[j]), g = a.w ? d * a.w[j] : d;
+        part_g += static_cast<double>(g);
+        part_gx += static_cast<double>(g * xhat_of(a, x[j], mean, rstd));  // the f32 product, as the CPU's
+      }
+      const double sum_g = a.centered ? lanes_sum(part_g) : 0.0, sum_gx = lanes_sum(part_gx);
+      mean_g = static_cast<float>(sum_g / static_cast<double>(a.m));
+      mean_gx = static_cast<float>(sum_gx / static_cast<double>(a.m));
     }
-    const double sum_g = a.centered ? lanes_sum(part_g) : 0.0, sum_gx = lanes_sum(part_gx);
-    const float mean_g = static_cast<float>(sum_g / static_cast<double>(a.m));
-    const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(a.m));
-    float* dx = a.out + i * a.m;
+    float* dx = a.dx ? a.dx + i * a.m : nullptr;
     for (int64_t j = lane; j < a.m; j += kNormWarp) {
-      const float g = a.w ? dy[j] * a.w[j] : dy[j], xhat = xhat_of(a, x[j], mean, rstd);
-      dx[j] = a.centered ? rstd * ((g - mean_g) - xhat * mean_gx) : rstd * (g - xhat * mean_gx);
+      const float d = kernels::convert<float>(dy[j]), g = a.w ? d * a.w[j] : d, xhat = xhat_of(a, x[j], mean, rstd);
+      if (dx) dx[j] = a.centered ? rstd * ((g - mean_g) - xhat * mean_gx) : rstd * (g - xhat * mean_gx);
+      if (cw) cw[j] += d * xhat;
+      if (cb) cb[j] += d;
+    }
+  }
+  if (!partial_w && !partial_b) return;  // the whole block's choice
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < a.m; j += blockDim.x) {
+    const int64_t at = int64_t{blockIdx.x} * a.m + j;
+    if (sums_w) {
+      double acc = 0.0;
+      for (int k = 0; k < warps; ++k) acc += static_cast<double>(sums_w[int64_t{k} * a.m + j]);
+      partial_w[at] = acc;
+    }
+    if (sums_b) {
+      double acc = 0.0;
+      for (int k = 0; k < warps; ++k) acc += static_cast<double>(sums_b[int64_t{k} * a.m + j]);
+      partial_b[at] = acc;
     }
   }
 }
 
-// dx (n, m) when out is set, and prod (n, m) = dy * xhat when prod is set, f64: one thread per row.
+// dx (n, m) when dx is set, and prod (n, m) = dy * xhat when prod is set, f64: one thread per row.
 __global__ void norm_backward_f64_kernel(NormRows<double> a, double* prod, ErrorSite site) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < a.n; i += int64_t{gridDim.x} * blockDim.x) {
     const double* x = a.x + i * a.m;
     const double* dy = a.dy + i * a.m;
     const double mean = a.centered ? a.mean[i] : 0.0, rstd = a.rstd[i];
-    if (a.out) {
+    if (a.dx) {
       ExactSum sum_g, sum_gx;
       for (int64_t j = 0; j < a.m; ++j) {
         const double g = a.w ? dy[j] * a.w[j] : dy[j];
@@ -156,7 +211,7 @@ __global__ void norm_backward_f64_kernel(NormRows<double> a, double* prod, Error
         record_error(site, ErrorKind::sum_out_of_partials, i, ExactSum::kPartials);
       const double mean_g = sum_g.result() / static_cast<double>(a.m);
       const double mean_gx = sum_gx.result() / static_cast<double>(a.m);
-      double* dx = a.out + i * a.m;
+      double* dx = a.dx + i * a.m;
       for (int64_t j = 0; j < a.m; ++j) {
         const double g = a.w ? dy[j] * a.w[j] : dy[j], xhat = xhat_of(a, x[j], mean, rstd);
         dx[j] = a.centered ? rstd * ((g - mean_g) - xhat * mean_gx) : rstd * (g - xhat * mean_gx);
@@ -168,13 +223,15 @@ __global__ void norm_backward_f64_kernel(NormRows<double> a, double* prod, Error
 }
 
 // Note [norm column blocks]
-// dweight and dbias in f32: block (x, y) of the grid takes 32 columns (x) and one chunk of
+// dweight and dbias in f32 where the backward's blocks cannot sum them (Note [norm backward
+// blocks]: rows too long for shared memory): block (x, y) of the grid takes 32 columns (x) and one chunk of
 // rows_per_chunk rows (y); its 8 rows of threads take every 8th row of the chunk, in order, and
 // add dy * xhat (and dy) in double; a fixed tree adds the 8, and the block writes the chunk's sums.
 // A second kernel adds each column's chunk sums in chunk order. Every sum has one fixed order.
 constexpr int kColumnTile = 32, kColumnRows = 8;
 
-__global__ void norm_columns_f32_kernel(NormRows<float> a, int64_t rows_per_chunk, double* partial_w,
+template <class IO>
+__global__ void norm_columns_f32_kernel(NormRows<float, IO> a, int64_t rows_per_chunk, double* partial_w,
                                         double* partial_b) {
   __shared__ double sums[2][kColumnRows][kColumnTile];
   const int64_t j = blockIdx.x * int64_t{kColumnTile} + threadIdx.x;
@@ -183,7 +240,7 @@ __global__ void norm_columns_f32_kernel(NormRows<float> a, int64_t rows_per_chun
   double acc_w = 0.0, acc_b = 0.0;
   if (j < a.m) {
     for (int64_t i = first + threadIdx.y; i < last; i += kColumnRows) {
-      const float dy = a.dy[i * a.m + j];
+      const float dy = kernels::convert<float>(a.dy[i * a.m + j]);
       const float xhat = xhat_of(a, a.x[i * a.m + j], a.centered ? a.mean[i] : 0.0f, a.rstd[i]);
       acc_w += static_cast<double>(dy * xhat);  // the f32 product, as the CPU's
       acc_b += static_cast<double>(dy);
@@ -205,13 +262,24 @@ __global__ void norm_columns_f32_kernel(NormRows<float> a, int64_t rows_per_chun
   }
 }
 
-// out (m,) = the chunks' partial sums (chunks, m) added in chunk order, rounded to f32.
+// out (m,) = the chunks' partial sums (chunks, m) added down each column, rounded to f32: thread
+// (x, y) of a 32 x 32 block adds chunks y, y + 32, ... of column 32 blockIdx.x + x in order, in
+// double, then a fixed tree adds the 32 sums (one order for every run).
+constexpr int kChunkLanes = 32;
+
 __global__ void sum_chunks_kernel(const double* partial, int64_t chunks, int64_t m, float* out) {
-  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < m; j += int64_t{gridDim.x} * blockDim.x) {
-    double acc = 0.0;
-    for (int64_t c = 0; c < chunks; ++c) acc += partial[c * m + j];
-    out[j] = static_cast<float>(acc);
+  __shared__ double sums[kChunkLanes][kChunkLanes + 1];
+  const int64_t j = int64_t{blockIdx.x} * kChunkLanes + threadIdx.x;
+  double acc = 0.0;
+  if (j < m)
+    for (int64_t c = threadIdx.y; c < chunks; c += kChunkLanes) acc += partial[c * m + j];
+  sums[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = kChunkLanes / 2; half > 0; half /= 2) {
+    if (threadIdx.y < half) sums[threadIdx.y][threadIdx.x] += sums[threadIdx.y + half][threadIdx.x];
+    __syncthreads();
   }
+  if (threadIdx.y == 0 && j < m) out[j] = static_cast<float>(sums[0][threadIdx.x]);
 }
 
 // y = x * m(word), one thread per block of four elements (Note [dropout stream] in ops/fused/dropout.cpp).
@@ -242,28 +310,96 @@ T* mdata_or_null(const Tensor& t) {
   return t.defined() ? static_cast<T*>(t.raw_data()) : nullptr;
 }
 
-template <class T>
-NormRows<T> rows_of(kernels::Norm kind, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& b,
-                    const Tensor& out, const Tensor& mean, const Tensor& rstd, double eps) {
+// y (forward) or dy and dx (backward) as the kernels take them; the other undefined.
+template <class T, class IO>
+NormRows<T, IO> rows_of(kernels::Norm kind, const Tensor& x, const Tensor& dy, const Tensor& w, const Tensor& b,
+                        const Tensor& y, const Tensor& dx, const Tensor& mean, const Tensor& rstd, double eps) {
   const int64_t m = x.shape()[x.ndim() - 1];
-  return {cdata<T>(x), cdata_or_null<T>(dy), cdata_or_null<T>(w), cdata_or_null<T>(b), mdata_or_null<T>(out),
-          mdata_or_null<T>(mean), mdata<T>(rstd), m == 0 ? 0 : x.numel() / m, m, eps, kind == kernels::Norm::layer};
+  return {cdata<T>(x),          cdata_or_null<IO>(dy), cdata_or_null<T>(w), cdata_or_null<T>(b),
+          mdata_or_null<IO>(y), mdata_or_null<T>(dx),  mdata_or_null<T>(mean), mdata<T>(rstd),
+          m == 0 ? 0 : x.numel() / m, m, eps, kind == kernels::Norm::layer};
 }
 
 unsigned warp_row_blocks(int64_t rows) { return blocks_for(rows * kNormWarp); }
+
+// f(T, IO) for x's dtype T and y's (or dy's) IO: T, or bf16 for f32 rows (autocast's).
+template <class F>
+void dispatch_rows(kernels::Norm kind, const Tensor& x, const Tensor& io, F&& f) {
+  if (io.dtype() == DType::bf16) {
+    TG_CHECK(x.dtype() == DType::f32, "[norm] a bf16 y or dy goes with f32 rows");
+    return f.template operator()<float, kernels::bf16>();
+  }
+  TG_CHECK(io.dtype() == x.dtype(), "[norm] y or dy has x's dtype");
+  dispatch_float(norm_name(kind), x.dtype(), [&]<class T>() { f.template operator()<T, T>(); });
+}
+
+// dweight and dbias of f32 rows by norm_columns_f32_kernel (Note [norm column blocks]) into the
+// partial sums' (chunks, m) halves.
+template <class IO>
+void columns_apart(const NormRows<float, IO>& a, double* partial_w, double* partial_b, int64_t chunks,
+                      int64_t rows_per_chunk, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((a.m + kColumnTile - 1) / kColumnTile), static_cast<unsigned>(chunks)),
+      block(kColumnTile, kColumnRows);
+  norm_columns_f32_kernel<<<grid, block, 0, stream>>>(a, rows_per_chunk, partial_w, partial_b);
+  TG_CUDA_CHECK_LAUNCH();
+}
+
+template <class IO>
+void backward_f32(const NormRows<float, IO>& a, Tensor& dweight, Tensor& dbias, const Tensor& x,
+                  cudaStream_t stream) {
+  const int sums = (dweight.defined() ? 1 : 0) + (dbias.defined() ? 1 : 0);
+  const int64_t row_bytes = a.m * static_cast<int64_t>(sizeof(float)) * sums;
+  // the most warps a block whose warps' rows fit 48 KiB of shared memory (Note [norm backward blocks])
+  int warps = kBackwardWarps;
+  while (warps > 0 && int64_t{warps} * row_bytes > 48 * 1024) warps /= 2;
+  const bool fused = sums > 0 && warps > 0;
+  if (!fused) warps = kBackwardWarps;
+  const int rows_per_warp = fused ? kBackwardRowsPerWarp : 1;
+  const int64_t rows_per_block = int64_t{warps} * rows_per_warp;
+  const int64_t blocks = (a.n + rows_per_block - 1) / rows_per_block;
+  TG_CHECK(blocks <= 0x7fffffff && (a.m + kChunkLanes - 1) / kChunkLanes <= 0x7fffffff, "[norm] rows fit a grid");
+  // the chunks whose partial sums meet in sum_chunks_kernel: the backward's blocks, or the column
+  // kernel's chunks of 256 rows (enough blocks to fill the device, gridDim.y <= 65535)
+  const int64_t column_rows = std::max<int64_t>(256, (a.n + 65534) / 65535);
+  const int64_t chunks = sums == 0 ? 0 : fused ? blocks : (a.n + column_rows - 1) / column_rows;
+  Tensor partial;
+  double *partial_w = nullptr, *partial_b = nullptr;
+  if (sums > 0) {
+    partial = Tensor::empty(Shape{sums * chunks, a.m}, DType::f64, x.device());
+    partial_w = dweight.defined() ? mdata<double>(partial) : nullptr;
+    partial_b = dbias.defined() ? mdata<double>(partial) + (partial_w ? chunks * a.m : 0) : nullptr;
+  }
+  if (a.dx || fused) {
+    const size_t shared = fused ? static_cast<size_t>(int64_t{warps} * row_bytes) : 0;
+    norm_backward_f32_kernel<IO><<<static_cast<unsigned>(blocks), warps * kNormWarp, shared, stream>>>(
+        a, rows_per_warp, fused ? partial_w : nullptr, fused ? partial_b : nullptr);
+    TG_CUDA_CHECK_LAUNCH();
+  }
+  if (sums == 0) return;
+  if (!fused) columns_apart(a, partial_w, partial_b, chunks, column_rows, stream);
+  const dim3 grid(static_cast<unsigned>((a.m + kChunkLanes - 1) / kChunkLanes)), block(kChunkLanes, kChunkLanes);
+  if (partial_w) {
+    sum_chunks_kernel<<<grid, block, 0, stream>>>(partial_w, chunks, a.m, mdata<float>(dweight));
+    TG_CUDA_CHECK_LAUNCH();
+  }
+  if (partial_b) {
+    sum_chunks_kernel<<<grid, block, 0, stream>>>(partial_b, chunks, a.m, mdata<float>(dbias));
+    TG_CUDA_CHECK_LAUNCH();
+  }
+}
 
 }  // namespace
 
 void norm_rows(kernels::Norm kind, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
                Tensor& mean, Tensor& rstd) {
   DeviceContext& ctx = context(x);
-  dispatch_float(norm_name(kind), x.dtype(), [&]<class T>() {
-    const NormRows<T> a = rows_of<T>(kind, x, Tensor(), weight, bias, y, mean, rstd, eps);
+  dispatch_rows(kind, x, y, [&]<class T, class IO>() {
+    const NormRows<T, IO> a = rows_of<T, IO>(kind, x, Tensor(), weight, bias, y, Tensor(), mean, rstd, eps);
     if (a.n == 0) return;
     if constexpr (std::is_same_v<T, double>) {
       norm_forward_f64_kernel<<<blocks_for(a.n, 64), 64, 0, ctx.stream>>>(a, ctx.error_site(norm_name(kind), 0, 0));
     } else {
-      norm_forward_f32_kernel<<<warp_row_blocks(a.n), kBlock, 0, ctx.stream>>>(a);
+      norm_forward_f32_kernel<IO><<<warp_row_blocks(a.n), kBlock, 0, ctx.stream>>>(a);
     }
     TG_CUDA_CHECK_LAUNCH();
   });
@@ -272,8 +408,8 @@ void norm_rows(kernels::Norm kind, const Tensor& x, const Tensor& weight, const 
 void norm_rows_backward(kernels::Norm kind, const Tensor& dy, const Tensor& x, const Tensor& weight,
                         const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
   DeviceContext& ctx = context(x);
-  dispatch_float(norm_name(kind), x.dtype(), [&]<class T>() {
-    const NormRows<T> a = rows_of<T>(kind, x, dy, weight, Tensor(), dx, mean, rstd, 0.0);
+  dispatch_rows(kind, x, dy, [&]<class T, class IO>() {
+    const NormRows<T, IO> a = rows_of<T, IO>(kind, x, dy, weight, Tensor(), Tensor(), dx, mean, rstd, 0.0);
     if (a.n == 0) {  // no rows: the sums over rows are zeros
       if (dweight.defined()) dweight.zero_();
       if (dbias.defined()) dbias.zero_();
@@ -290,32 +426,7 @@ void norm_rows_backward(kernels::Norm kind, const Tensor& dy, const Tensor& x, c
       if (dweight.defined()) sum_rows(prod, dweight);
       if (dbias.defined()) sum_rows(dy.reshape(Shape{a.n, a.m}), dbias);
     } else {
-      if (dx.defined()) {
-        norm_backward_f32_kernel<<<warp_row_blocks(a.n), kBlock, 0, ctx.stream>>>(a);
-        TG_CUDA_CHECK_LAUNCH();
-      }
-      if (!dweight.defined() && !dbias.defined()) return;
-      // chunks of 256 rows: enough blocks to fill the device at GPT sizes (16384 rows: 64 chunks a
-      // column tile), few enough partials that sum_chunks' serial sums stay short
-      const int64_t rows_per_chunk = std::max<int64_t>(256, (a.n + 65534) / 65535);  // gridDim.y <= 65535
-      const int64_t chunks = (a.n + rows_per_chunk - 1) / rows_per_chunk;
-      const int64_t tiles = (a.m + kColumnTile - 1) / kColumnTile;
-      TG_CHECK(tiles <= 0x7fffffff, "[norm] columns fit a grid");
-      Tensor partial = Tensor::empty(Shape{dweight.defined() && dbias.defined() ? 2 * chunks : chunks, a.m},
-                                     DType::f64, x.device());
-      double* partial_w = dweight.defined() ? mdata<double>(partial) : nullptr;
-      double* partial_b = dbias.defined() ? mdata<double>(partial) + (partial_w ? chunks * a.m : 0) : nullptr;
-      const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)), block(kColumnTile, kColumnRows);
-      norm_columns_f32_kernel<<<grid, block, 0, ctx.stream>>>(a, rows_per_chunk, partial_w, partial_b);
-      TG_CUDA_CHECK_LAUNCH();
-      if (partial_w) {
-        sum_chunks_kernel<<<blocks_for(a.m), kBlock, 0, ctx.stream>>>(partial_w, chunks, a.m, mdata<float>(dweight));
-        TG_CUDA_CHECK_LAUNCH();
-      }
-      if (partial_b) {
-        sum_chunks_kernel<<<blocks_for(a.m), kBlock, 0, ctx.stream>>>(partial_b, chunks, a.m, mdata<float>(dbias));
-        TG_CUDA_CHECK_LAUNCH();
-      }
+      backward_f32(a, dweight, dbias, x, ctx.stream);
     }
   });
 }

@@ -264,7 +264,8 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
 // cpu/norm.cpp gives the order of every sum.
 enum class Norm : uint8_t { layer, rms };  // layer: y = (x - mean) * rstd * w + b;  rms: y = x * rstd * w
 // y = the normalised rows; mean (layer only; undefined for rms) and rstd = 1 / sqrt(var + eps),
-// var the row's mean square deviation (rms: its mean square).
+// var the row's mean square deviation (rms: its mean square). y and dy have x's dtype, or are bf16
+// for f32 rows (autocast's activations: y the f32 result rounded once, dy widened exactly).
 void norm_rows(Norm kind, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
                Tensor& mean, Tensor& rstd);
 // With xhat = (x - mean) * rstd (rms: x * rstd) and g = dy * weight (dy without a weight), each of

@@ -38,16 +38,29 @@ bool on_cuda(const char* op, std::initializer_list<const Tensor*> tensors) {
   } while (0)
 #endif
 
+// A bf16 y or dy goes with f32 rows (autocast's); the CPU computes through an f32 copy of it (the
+// f32 y rounded once; dy widened exactly), CUDA's kernels read and write bf16 themselves: the same
+// values either way.
 void norm_rows(Norm kind, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
                Tensor& mean, Tensor& rstd) {
-  TG_NORM_CALL(on_cuda(norm_name(kind), {&x, &weight, &bias, &y, &mean, &rstd}),
-               norm_rows(kind, x, weight, bias, eps, y, mean, rstd));
+  const bool cuda = on_cuda(norm_name(kind), {&x, &weight, &bias, &y, &mean, &rstd});
+  if (!cuda && y.dtype() == DType::bf16 && x.dtype() == DType::f32) {
+    Tensor wide = Tensor::empty(y.shape(), DType::f32, y.device());
+    cpu::norm_rows(kind, x, weight, bias, eps, wide, mean, rstd);
+    return cast(wide, y);
+  }
+  TG_NORM_CALL(cuda, norm_rows(kind, x, weight, bias, eps, y, mean, rstd));
 }
 
 void norm_rows_backward(Norm kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
-  TG_NORM_CALL(on_cuda(norm_name(kind), {&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias}),
-               norm_rows_backward(kind, dy, x, weight, mean, rstd, dx, dweight, dbias));
+  const bool cuda = on_cuda(norm_name(kind), {&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias});
+  if (!cuda && dy.dtype() == DType::bf16 && x.dtype() == DType::f32) {
+    Tensor wide = Tensor::empty(dy.shape(), DType::f32, dy.device());
+    cast(dy, wide);
+    return cpu::norm_rows_backward(kind, wide, x, weight, mean, rstd, dx, dweight, dbias);
+  }
+  TG_NORM_CALL(cuda, norm_rows_backward(kind, dy, x, weight, mean, rstd, dx, dweight, dbias));
 }
 
 void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& y) {

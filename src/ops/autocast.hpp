@@ -25,12 +25,16 @@
 //   gradient comes back in its own dtype. Equal shapes run one fused kernel; a bf16 operand of a
 //   broadcast is cast to f32 first (a recorded to());
 // - the attention ops take bf16 operands and return bf16 (lse f32);
-// - layer_norm and rms_norm normalise a bf16 x in f32 (a recorded to(), as torch.autocast runs its
-//   norms in f32), and dropout drops a bf16 x in f32 and rounds it back;
+// - layer_norm and rms_norm normalise in f32 (a bf16 x through a recorded to(), as torch.autocast
+//   runs its norms in f32) and, inside the scope, write their f32 result rounded to bf16: what
+//   follows a norm in a transformer is a product, which would round it anyway, so the norm's
+//   output and its gradient move half the bytes and no cast runs between them (torch.autocast
+//   returns f32 there and casts in the product: the same values). Their statistics, dx and the
+//   weight's gradient stay f32; dropout drops a bf16 x in f32 and rounds it back;
 // - every other op wants f32 or f64 and says so ("[sum] input must be f64 or f32, got bf16");
 //   ops::to(x, DType::f32) widens an activation for it.
-// A product reads a bf16 operand as it is (no copy), so a chain of products and activations moves
-// half the bytes of f32 and makes no casts: nanoGPT's block casts only what its norms write.
+// A product reads a bf16 operand as it is (no copy), so a chain of norms, products and activations
+// moves half the bytes of f32 and makes no casts.
 #pragma once
 
 #include "tapegrad/tensor/dtype.hpp"

@@ -1,6 +1,7 @@
 // tests/cuda, normalisation and dropout: CUDA's kernels against the CPU's on fresh random inputs.
 // dropout draws the CPU's mask (the same Philox words) and gives its bits; f64 layer_norm and
-// rms_norm give the CPU's bits (correctly rounded sums on both); f32 within f32's rounding.
+// rms_norm give the CPU's bits (correctly rounded sums on both); f32 within f32's rounding, with
+// an f32 or a bf16 y and dy; every CUDA result the same bits run to run.
 // (The op-case table's CUDA test in test_cuda.cpp runs these ops through the engine as well.)
 // Tests named "[gpu] ..." need a device and SKIP without one (tests/needs.hpp).
 #define DOCTEST_CONFIG_IMPLEMENT
@@ -104,40 +105,51 @@ TEST_CASE("[gpu] dropout draws the CPU's mask on CUDA, bit for bit, forward and 
   }
 }
 
-TEST_CASE("[gpu] layer_norm and rms_norm kernels: f64 the CPU's bits, f32 within f32's rounding") {
+TEST_CASE("[gpu] layer_norm and rms_norm kernels: f64 the CPU's bits, f32 within f32's rounding, bf16 y and dy") {
   struct Rows {
     int64_t n, c;
   };
-  // one row of one; warps' strided columns with a tail; many rows (several column chunks); wide rows
-  for (const Rows r : {Rows{7, 1}, Rows{33, 45}, Rows{5000, 96}, Rows{40, 3000}}) {
+  // one row of one; warps' strided columns with a tail; many rows (many blocks of the backward's
+  // column sums, a last one short); wide rows (fewer warps a block); rows too wide for the
+  // backward's shared memory with a weight and a bias (Note [norm backward blocks]: the column
+  // kernel's path) but not with a weight alone; a GPT's rows
+  for (const Rows r : {Rows{7, 1}, Rows{33, 45}, Rows{5000, 96}, Rows{40, 3000}, Rows{70, 7000}, Rows{2050, 768}}) {
     for (DType t : {DType::f64, DType::f32}) {
-      for (kernels::Norm kind : {kernels::Norm::layer, kernels::Norm::rms}) {
-        for (int affine = 0; affine < 4; ++affine) {  // bit 0: weight, bit 1: bias (layer_norm only)
-          if (kind == kernels::Norm::rms && (affine & 2)) continue;
-          const std::string what = std::string(kind == kernels::Norm::layer ? "layer_norm " : "rms_norm ") +
-                                   dtype_name(t) + " (" + std::to_string(r.n) + ", " + std::to_string(r.c) +
-                                   ") affine " + std::to_string(affine);
-          const Tensor x = random({r.n, r.c}, t, -3.0, 5.0), dy = random({r.n, r.c}, t);
-          const Tensor w = affine & 1 ? random({r.c}, t) : Tensor(), b = affine & 2 ? random({r.c}, t) : Tensor();
-          auto run = [&](Device device) {
-            auto on = [&](const Tensor& v) { return v.defined() ? v.to(device) : Tensor(); };
-            Tensor y = Tensor::empty(x.shape(), t, device), rstd = Tensor::empty({r.n}, t, device);
-            Tensor mean = kind == kernels::Norm::layer ? Tensor::empty({r.n}, t, device) : Tensor();
-            kernels::norm_rows(kind, on(x), on(w), on(b), 1e-5, y, mean, rstd);
-            Tensor dx = Tensor::empty(x.shape(), t, device), db = b.defined() ? Tensor::empty({r.c}, t, device) : Tensor();
-            Tensor dw = w.defined() ? Tensor::empty({r.c}, t, device) : Tensor();
-            kernels::norm_rows_backward(kind, on(dy), on(x), on(w), mean, rstd, dx, dw, db);
-            return std::vector<Tensor>{y, mean, rstd, dx, dw, db};
-          };
-          const std::vector<Tensor> cpu = run(kCpu), gpu = run(kGpu);
-          const char* names[] = {"y", "mean", "rstd", "dx", "dweight", "dbias"};
-          // dweight and dbias sum down the columns, whose terms may cancel (7 rows of 1 column of
-          // random signs often leave a small sum), so their bound is on the terms' magnitudes
-          const std::vector<std::vector<double>> scales = column_scales(x, dy, cpu[1], cpu[2]);
-          for (size_t k = 0; k < cpu.size(); ++k) {
-            if (!cpu[k].defined()) continue;
-            if (t == DType::f64) same_bits(cpu[k], gpu[k], what + " " + names[k]);
-            else close(cpu[k], gpu[k], 1e-6, what + " " + names[k], k >= 4 ? scales[k - 4] : std::vector<double>{});
+      // y and dy: x's dtype, or bf16 for f32 rows (autocast's activations)
+      for (DType io : {t, DType::bf16}) {
+        if (io == DType::bf16 && t != DType::f32) continue;
+        if (t == DType::f64 && r.n * r.c > 300000) continue;  // one thread a row: long enough above
+        for (kernels::Norm kind : {kernels::Norm::layer, kernels::Norm::rms}) {
+          for (int affine = 0; affine < 4; ++affine) {  // bit 0: weight, bit 1: bias (layer_norm only)
+            if (kind == kernels::Norm::rms && (affine & 2)) continue;
+            const std::string what = std::string(kind == kernels::Norm::layer ? "layer_norm " : "rms_norm ") +
+                                     dtype_name(t) + " y " + dtype_name(io) + " (" + std::to_string(r.n) + ", " +
+                                     std::to_string(r.c) + ") affine " + std::to_string(affine);
+            const Tensor x = random({r.n, r.c}, t, -3.0, 5.0), dy = random({r.n, r.c}, io);
+            const Tensor w = affine & 1 ? random({r.c}, t) : Tensor(), b = affine & 2 ? random({r.c}, t) : Tensor();
+            auto run = [&](Device device) {
+              auto on = [&](const Tensor& v) { return v.defined() ? v.to(device) : Tensor(); };
+              Tensor y = Tensor::empty(x.shape(), io, device), rstd = Tensor::empty({r.n}, t, device);
+              Tensor mean = kind == kernels::Norm::layer ? Tensor::empty({r.n}, t, device) : Tensor();
+              kernels::norm_rows(kind, on(x), on(w), on(b), 1e-5, y, mean, rstd);
+              Tensor dx = Tensor::empty(x.shape(), t, device), db = b.defined() ? Tensor::empty({r.c}, t, device) : Tensor();
+              Tensor dw = w.defined() ? Tensor::empty({r.c}, t, device) : Tensor();
+              kernels::norm_rows_backward(kind, on(dy), on(x), on(w), mean, rstd, dx, dw, db);
+              return std::vector<Tensor>{y, mean, rstd, dx, dw, db};
+            };
+            const std::vector<Tensor> cpu = run(kCpu), gpu = run(kGpu), again = run(kGpu);
+            const char* names[] = {"y", "mean", "rstd", "dx", "dweight", "dbias"};
+            // dweight and dbias sum down the columns, whose terms may cancel (7 rows of 1 column
+            // of random signs often leave a small sum), so their bound is on the terms' magnitudes
+            const std::vector<std::vector<double>> scales = column_scales(x, dy, cpu[1], cpu[2]);
+            for (size_t k = 0; k < cpu.size(); ++k) {
+              if (!cpu[k].defined()) continue;
+              same_bits(gpu[k].to(kCpu), again[k], what + " " + names[k] + ": the same bits run to run");
+              if (t == DType::f64) same_bits(cpu[k], gpu[k], what + " " + names[k]);
+              // a bf16 y: the two devices' f32 values may differ in a last bit and round apart
+              else if (k == 0 && io == DType::bf16) close(cpu[k], gpu[k], 1.0 / 256, what + " y");
+              else close(cpu[k], gpu[k], 1e-6, what + " " + names[k], k >= 4 ? scales[k - 4] : std::vector<double>{});
+            }
           }
         }
       }

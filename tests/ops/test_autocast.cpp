@@ -209,6 +209,38 @@ TEST_CASE("bf16 activations: unary ops round the f32 op once, binary ops promote
   CHECK(ops::layer_norm(nb, Var(), Var()).value().dtype() == DType::f32);
 }
 
+// Note [bf16 activations]: under autocast a norm writes its f32 result rounded to bf16 (for the
+// product after it), and its backward takes that bf16 gradient: the f32 norm's bits otherwise.
+TEST_CASE("autocast's norms: the f32 norm rounded to bf16, the backward the f32 one of the bf16 gradient") {
+  const Tensor x = uniform({5, 24}, 30), w = uniform({24}, 31), b = uniform({24}, 32), dy = uniform({5, 24}, 33);
+  for (const bool rms : {false, true}) {
+    INFO((rms ? "rms_norm" : "layer_norm"));
+    auto norm = [&](Var xv, Var wv, Var bv) { return rms ? ops::rms_norm(xv, wv) : ops::layer_norm(xv, wv, bv); };
+    Graph g;
+    Var xv = g.parameter(x), wv = g.parameter(w), bv = g.parameter(b);
+    Var y;
+    {
+      ops::Autocast scope;
+      y = norm(xv, wv, bv);
+    }
+    CHECK(y.value().dtype() == DType::bf16);
+    g.backward(ops::sum(ops::mul(y, g.input(dy))));  // y's gradient: bf16(dy)
+    Graph r;
+    Var xr = r.parameter(x), wr = r.parameter(w), br = r.parameter(b);
+    Var yr = norm(xr, wr, br);
+    CHECK(yr.value().dtype() == DType::f32);  // outside a scope: f32
+    r.backward(ops::sum(ops::mul(yr, r.input(rounded(dy)))));
+    same_bits(y.value(), to_bf16(yr.value()), "y");
+    same_bits(xv.grad(), xr.grad(), "dx, f32");
+    same_bits(wv.grad(), wr.grad(), "dweight, f32");
+    if (!rms) same_bits(bv.grad(), br.grad(), "dbias, f32");
+  }
+  // f64 rows are never rounded
+  Graph g;
+  ops::Autocast scope;
+  CHECK(ops::layer_norm(g.input(uniform({2, 3}, 34, DType::f64))).value().dtype() == DType::f64);
+}
+
 TEST_CASE("autocast scopes nest, f32 turns autocast off, and f64 products are never cast") {
   CHECK(ops::autocast_dtype() == DType::f32);
   {

@@ -9,6 +9,7 @@
 
 #include "messages.hpp"
 #include "tapegrad/graph/graph.hpp"
+#include "tapegrad/kernels/kernels.hpp"
 #include "tapegrad/ops/autocast.hpp"
 #include "tapegrad/ops/fused/linear_cross_entropy.hpp"
 #include "tapegrad/ops/ops.hpp"
@@ -100,6 +101,40 @@ TEST_CASE("linear_cross_entropy under autocast: bf16 products, as linear then cr
     CHECK(max_relative(gx, x.grad()) <= 1e-2);
     CHECK(max_relative(gw, w.grad()) <= 1e-2);
   }
+}
+
+// An autocast norm's bf16 output (Note [bf16 activations]) goes straight into the fused head: the
+// loss and dW of the f32 x of the same values under autocast, and dx that one's rounded to bf16.
+TEST_CASE("linear_cross_entropy of a bf16 x: the f32 x's loss and dW, its dx rounded to bf16") {
+  Tensor xb = Tensor::empty({3, 37, 8}, DType::bf16), xf = Tensor::empty({3, 37, 8}, DType::f32);
+  kernels::cast(random_tensor({3, 37, 8}, DType::f32, 30), xb);
+  kernels::cast(xb, xf);  // the same values in f32
+  const Tensor W = random_tensor({23, 8}, DType::f32, 31), targets = targets_tensor({3, 37}, 23, 32);
+  for (ops::Reduction r : {ops::Reduction::mean, ops::Reduction::sum, ops::Reduction::none}) {
+    INFO("reduction " << static_cast<int>(r));
+    Graph g;
+    Var x16 = g.parameter(xb), x32 = g.parameter(xf), w16 = g.parameter(W), w32 = g.parameter(W);
+    Var t = g.input(targets);
+    Var l16, l32;
+    {
+      ops::Autocast scope;
+      l16 = ops::linear_cross_entropy(x16, w16, t, r, 4, 16);
+      l32 = ops::linear_cross_entropy(x32, w32, t, r, 4, 16);
+    }
+    CHECK(l16.value().dtype() == DType::f32);
+    CHECK(l16.value().to_doubles() == l32.value().to_doubles());
+    g.backward(r == ops::Reduction::none ? ops::sum(l16 * 0.5) + ops::sum(l32 * 0.5) : l16 + l32);
+    CHECK(x16.grad().dtype() == DType::bf16);
+    Tensor dx = Tensor::empty(xb.shape(), DType::bf16);
+    kernels::cast(x32.grad(), dx);
+    CHECK(x16.grad().to_doubles() == dx.to_doubles());
+    CHECK(w16.grad().to_doubles() == w32.grad().to_doubles());
+  }
+  // a bf16 x goes with an f32 weight only
+  Graph g;
+  CHECK(message_of([&] {
+          ops::linear_cross_entropy(g.input(xb), g.input(random_tensor({23, 8}, DType::f64, 31)), g.input(targets));
+        }) == "[linear_cross_entropy] dtypes differ: bf16 and f64");
 }
 
 // In NoGrad no gradient is made in the forward, and the loss is the same.

@@ -94,12 +94,12 @@ void backward_recomputed(BackwardContext& ctx) {
   const Tensor& Wc = ctx.saved(0).defined() ? ctx.saved(0) : W;  // the forward's products' dtype
   const DType compute = Wc.dtype();
   Tensor dx = want_x ? Tensor::empty(Shape{n, c}, x.dtype(), x.device()) : Tensor();
-  Tensor dw = want_w ? Tensor::empty(Shape{v, c}, x.dtype(), x.device()) : Tensor();
+  Tensor dw = want_w ? like(W) : Tensor();
   Tensor dw_block;
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t r1 = std::min(n, r0 + chunk), m = r1 - r0;
     const Tensor xc = operand(rows_of(x, r0, r1), compute), tc = rows_of(t, r0, r1);
-    Tensor z = Tensor::empty(Shape{m, v}, x.dtype(), x.device());
+    Tensor z = Tensor::empty(Shape{m, v}, W.dtype(), x.device());
     kernels::matmul(xc, false, Wc, true, z);                // (m, V) = x_c W^T
     kernels::log_softmax_rows(z, z);                        // lp, in place
     kernels::nll_log_softmax_backward(z, tc, ignore_index, rows_of(d1, r0, r1), Tensor(), z);
@@ -111,15 +111,16 @@ void backward_recomputed(BackwardContext& ctx) {
   if (want_w) ctx.accumulate(1, dw);
 }
 
-// mean and sum: saved = {dx (N, C), dW (V, C)} made in the forward (undefined where not wanted);
-// dx = dloss * saved dx, dW = dloss * saved dW.
+// mean and sum: saved = {dx (N, C), dW (V, C)} made in the forward in W's dtype (undefined where
+// not wanted); dx = dloss * saved dx (rounded to x's dtype, bf16 for an autocast activation), dW =
+// dloss * saved dW.
 void backward_saved(BackwardContext& ctx) {
   const Tensor& dloss = ctx.grad_output();  // ()
   for (int k = 0; k < 2; ++k) {
     if (!ctx.needs_grad(k) || !ctx.saved(k).defined()) continue;
     Tensor d = like(ctx.saved(k));
     kernels::binary(kernels::Binary::mul, ctx.saved(k), dloss, d);
-    ctx.accumulate(k, d.reshape(ctx.input(k).shape()));
+    ctx.accumulate(k, operand(d, ctx.input(k).dtype()).reshape(ctx.input(k).shape()));
   }
 }
 
@@ -130,8 +131,9 @@ Var linear_cross_entropy(Var x, Var w, Var targets, Reduction reduction, int64_t
   const Tensor& xv = x.value();
   const Tensor& W = w.value();
   const Tensor& t = targets.value();
-  need_float(kOp, "x", xv);
-  same_dtype(kOp, xv, W);
+  need_float_or_bf16(kOp, "x", xv);
+  need_float(kOp, "the weight", W);
+  if (!(xv.dtype() == DType::bf16 && W.dtype() == DType::f32)) same_dtype(kOp, xv, W);
   need_index(kOp, "targets", t);
   if (W.ndim() != 2) throw Error("[linear_cross_entropy] the weight must be 2-D (V, C), got shape " + W.shape().str());
   if (xv.ndim() < 1 || xv.dim(xv.ndim() - 1) != W.dim(1))
@@ -147,15 +149,17 @@ Var linear_cross_entropy(Var x, Var w, Var targets, Reduction reduction, int64_t
   if (n == 0) throw Error("[linear_cross_entropy] empty batch: x " + xv.shape().str());
   if (v == 0) throw Error("[linear_cross_entropy] no classes: the weight " + W.shape().str());
   const Tensor x2 = xv.reshape(Shape{n, c}), t1 = t.reshape(Shape{n});
-  const DType compute = compute_dtype(xv.dtype());  // Note [autocast]
+  // Note [autocast]: bf16 for a bf16 x (an autocast activation) or inside a scope
+  const DType compute = xv.dtype() == DType::bf16 ? DType::bf16 : compute_dtype(xv.dtype());
   const Tensor Wc = operand(W, compute);
-  // gradients in the forward (Note [blocks of rows]) for a scalar loss that one will reach
+  // gradients in the forward (Note [blocks of rows]) for a scalar loss that one will reach, and
+  // the losses, in W's dtype
   const bool scalar = reduction != Reduction::none, grads = scalar && g.grad_enabled();
   const bool want_x = grads && x.requires_grad(), want_w = grads && w.requires_grad();
-  Tensor dx = want_x ? Tensor::empty(Shape{n, c}, xv.dtype(), xv.device()) : Tensor();
-  Tensor dw = want_w ? Tensor::empty(Shape{v, c}, xv.dtype(), xv.device()) : Tensor(), dw_block;
-  Tensor losses = Tensor::empty(Shape{n}, xv.dtype(), xv.device());
-  Tensor count = Tensor::empty(Shape{}, xv.dtype(), xv.device()), block_count;
+  Tensor dx = want_x ? Tensor::empty(Shape{n, c}, W.dtype(), xv.device()) : Tensor();
+  Tensor dw = want_w ? like(W) : Tensor(), dw_block;
+  Tensor losses = Tensor::empty(Shape{n}, W.dtype(), xv.device());
+  Tensor count = Tensor::empty(Shape{}, W.dtype(), xv.device()), block_count;
   for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {  // Note [blocks of rows]
     const int64_t r1 = std::min(n, r0 + chunk_rows), m = r1 - r0;
     const Tensor xc = operand(rows_of(x2, r0, r1), compute);
@@ -176,7 +180,7 @@ Var linear_cross_entropy(Var x, Var w, Var targets, Reduction reduction, int64_t
   }
   Tensor out = losses.reshape(t.shape());
   if (scalar) {
-    out = Tensor::empty(Shape{}, xv.dtype(), xv.device());
+    out = Tensor::empty(Shape{}, W.dtype(), xv.device());
     kernels::sum_all(losses, out);
     if (reduction == Reduction::mean) {
       kernels::binary(kernels::Binary::div, out, count, out);

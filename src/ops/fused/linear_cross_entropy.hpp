@@ -4,7 +4,8 @@
 //
 //   linear_cross_entropy(x, W, targets, reduction, ignore_index, chunk_rows)
 //     == cross_entropy(linear(x, W), targets, reduction, ignore_index)
-//   x (..., C) f32/f64, W (V, C), targets (...) int -> () mean or sum, or (...) none
+//   x (..., C) f32/f64 (or bf16, an autocast activation, with an f32 W), W (V, C), targets (...)
+//   int -> () mean or sum, or (...) none, in W's dtype
 //   per block of rows: z = x_c W^T, p = softmax(z); dz = (p - onehot(t)) * dloss / divisor,
 //   dx_c = dz W, dW += dz^T x_c
 //

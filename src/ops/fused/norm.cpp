@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "tapegrad/ops/autocast.hpp"
 #include "tapegrad/ops/common.hpp"
 
 namespace tapegrad::ops {
@@ -89,7 +90,8 @@ Var norm(Var x, Var weight, Var bias, double eps) {
   Graph& g = checked_graph(K, x, weight, bias, eps, &c);
   const Tensor& v = x.value();
   const Shape rows{v.numel() / c};
-  Tensor y = like(v), mean, rstd = empty_on(rows, v);
+  // under autocast an f32 x is normalised into a bf16 y (Note [bf16 activations])
+  Tensor y = Tensor::empty(v.shape(), compute_dtype(v.dtype()), v.device()), mean, rstd = empty_on(rows, v);
   if (K == Norm::layer) mean = empty_on(rows, v);
   const Tensor w = weight.defined() ? weight.value() : Tensor(), b = bias.defined() ? bias.value() : Tensor();
   kernels::norm_rows(K, v, w, b, eps, y, mean, rstd);
@@ -105,7 +107,8 @@ Var norm(Var x, Var weight, Var bias, double eps) {
 }  // namespace
 
 // A bf16 x (an autocast activation) is normalised in f32: widened by a recorded cast, as
-// torch.autocast runs its norms (Note [bf16 activations] in autocast.hpp).
+// torch.autocast runs its norms; under autocast the f32 result is rounded to bf16 as it is
+// written, for the product that reads it (Note [bf16 activations] in autocast.hpp).
 Var layer_norm(Var x, Var weight, Var bias, double eps) { return norm<Norm::layer>(widened(x), weight, bias, eps); }
 
 Var rms_norm(Var x, Var weight, double eps) { return norm<Norm::rms>(widened(x), weight, Var(), eps); }
