@@ -456,9 +456,10 @@ int train(const TrainOptions& o) {
   // and each later step is one replay. What a replay must see new is in device memory, written
   // before it: the batch (copied into two fixed input tensors), AdamW's step scalars from the
   // schedule's lr (AdamW::write_schedule), and the clipping coefficient, which the step computes on
-  // the device (clip_grad_norm_on_device, where clip_grad_norm would read the norm back). The
-  // replayed kernels are the eager step's, so the two give the same bits: 30 steps with --graph
-  // write the checkpoint of 30 without (scripts/gpu_gpt.sh).
+  // the device (clip_grad_factor_on_device, where clip_grad_norm would read the norm back) and AdamW
+  // applies as it reads the gradients (no pass of its own). The replayed kernels compute what the
+  // eager step's do, so the two give the same bits: 60 steps with --graph write the checkpoint of
+  // 60 without (scripts/gpu_gpt.sh).
   Tensor tokens_in, targets_in;  // --graph: the batch's fixed home on the device
   if (o.graph) {
     tokens_in = Tensor::zeros(Shape{B, T}, DType::i32, device);
@@ -471,9 +472,9 @@ int train(const TrainOptions& o) {
     g.zero_grad();
     Var loss = loss_on(tokens_in, targets_in, {});
     g.backward(loss, {.free_activation_grads = true});
-    (void)optim::clip_grad_norm_on_device(dense_params, 1.0);
-    if (scheduled) adamw.scheduled_step(0);
-    else adamw.step();
+    const optim::ClipFactor clip = optim::clip_grad_factor_on_device(dense_params, 1.0);
+    if (scheduled) adamw.scheduled_step(0, clip.factor);
+    else adamw.step(clip.factor);
     return loss.value();
   };
   std::vector<double> step_ms;  // each step's wall time, its loss read back (a synchronization)

@@ -40,16 +40,18 @@ struct AdamWGroup {
 // docs/bob.md ("Learner") writes it:
 //   w = w * (1 - lr*wd);  m = b1*m + (1 - b1)*g;  v = b2*v + (1 - b2)*g*g
 //   w = w - step_size * (m / (sqrt(v) / bc2_sqrt + eps))
-// step_scalars, when not null, holds (step_size, bc2_sqrt, decay) in device memory (a captured graph's update).
+// step_scalars, when not null, holds (step_size, bc2_sqrt, decay) in device memory (a captured graph's update);
+// grad_scale, when not null, a () f64 factor each g is multiplied by, rounded to fp32 (scale_many_kernel's product).
 __global__ void adamw_kernel(AdamWGroup group, float decay, float beta1, float one_minus_b1, float beta2,
                              float one_minus_b2, float step_size, float bc2_sqrt, float eps,
-                             const float* step_scalars) {
+                             const float* step_scalars, const double* grad_scale) {
   chain_start();
   if (step_scalars) {
     step_size = step_scalars[0];
     bc2_sqrt = step_scalars[1];
     decay = step_scalars[2];
   }
+  const float scale = grad_scale ? static_cast<float>(*grad_scale) : 1.0f;
   int k = 0;
   while (k + 1 < group.count && blockIdx.x >= group.first_block[k + 1]) ++k;
   float* w = group.w[k];
@@ -59,9 +61,10 @@ __global__ void adamw_kernel(AdamWGroup group, float decay, float beta1, float o
   const int64_t n = group.n[k];
   const int64_t stride = int64_t{group.first_block[k + 1] - group.first_block[k]} * blockDim.x;
   for (int64_t i = (blockIdx.x - group.first_block[k]) * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
+    const float gi = grad_scale ? g[i] * scale : g[i];
     float wi = w[i] * decay;
-    const float mi = beta1 * m[i] + one_minus_b1 * g[i];
-    const float vi = beta2 * v[i] + one_minus_b2 * g[i] * g[i];
+    const float mi = beta1 * m[i] + one_minus_b1 * gi;
+    const float vi = beta2 * v[i] + one_minus_b2 * gi * gi;
     wi = wi - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));
     w[i] = wi;
     m[i] = mi;
@@ -196,7 +199,8 @@ void adamw_step_many(const std::vector<kernels::AdamWSlot>& slots, const AdamWSc
   auto launch = [&] {
     if (group.count == 0) return;
     launch_chained(adamw_kernel, group.first_block[group.count], kBlock, stream_for(*slots[0].param), group, decay,
-                   s.beta1, one_minus_b1, s.beta2, one_minus_b2, s.step_size, s.bc2_sqrt, s.eps, s.device_step_scalars);
+                   s.beta1, one_minus_b1, s.beta2, one_minus_b2, s.step_size, s.bc2_sqrt, s.eps, s.device_step_scalars,
+                   s.grad_scale.defined() ? cdata<double>(s.grad_scale) : nullptr);
     TG_CUDA_CHECK_LAUNCH();
     group = AdamWGroup{};
   };

@@ -214,10 +214,28 @@ void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s)
     if (slot.rows && !first->device().is_cpu())
       throw DeviceError("[adamw] a row-sparse gradient is a CPU form; on " + first->device().str() + " pass it dense");
   }
+  if (s.grad_scale.defined() &&
+      (s.grad_scale.dtype() != DType::f64 || s.grad_scale.numel() != 1 || !(s.grad_scale.device() == first->device())))
+    throw Error("[adamw] the gradients' scale must be a () f64 tensor on " + first->device().str() + ", got " +
+                s.grad_scale.shape().str() + " " + dtype_name(s.grad_scale.dtype()) + " on " +
+                s.grad_scale.device().str());
   if (first->device().is_cpu()) {
     if (s.device_step_scalars)
       throw Error("[adamw] device step scalars are for CUDA graphs; a CPU parameter takes its scalars as arguments");
-    return cpu::adamw_step_many(slots, s);
+    if (!s.grad_scale.defined()) return cpu::adamw_step_many(slots, s);
+    // the CPU scales copies of the gradients (dense, or a sparse one's rows) first: the same bits
+    std::vector<Tensor> scaled;
+    scaled.reserve(slots.size());
+    std::vector<AdamWSlot> with = slots;
+    for (AdamWSlot& slot : with) {
+      const Tensor*& g = slot.rows ? slot.rows : slot.grad;
+      scaled.push_back(g->clone());
+      cpu::scale_many_by({&scaled.back()}, s.grad_scale);
+      g = &scaled.back();
+    }
+    AdamWScalars plain = s;
+    plain.grad_scale = Tensor();
+    return cpu::adamw_step_many(with, plain);
   }
 #if TAPEGRAD_WITH_CUDA
   cuda::adamw_step_many(slots, s);

@@ -156,6 +156,11 @@ struct AdamWScalars {
   // (adamw_decay) from these three floats in the parameter's device memory instead, so a replayed
   // update uses the scalars written before the replay (AdamW::write_schedule). CUDA only.
   const float* device_step_scalars = nullptr;
+  // When defined, a () f64 tensor on the parameters' device (clip_grad_factor's coefficient): each
+  // gradient element is multiplied by it, rounded to the gradient's dtype, as it is read, which
+  // gives the update scale_many_by(grads, grad_scale) and then AdamW would (the gradients are left
+  // as they are). Read when the kernel runs, so a captured update reads the value written before.
+  Tensor grad_scale = Tensor();
 };
 // The f32 update's decay factor, 1 - lr * weight_decay in fp32 (one rounding each), as both devices compute it.
 inline float adamw_decay(const AdamWScalars& s) { return 1.0f - s.lr * s.weight_decay; }

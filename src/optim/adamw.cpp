@@ -97,10 +97,10 @@ kernels::AdamWScalars AdamW::scalars(uint64_t t, size_t group) const {
   return s;
 }
 
-void AdamW::step() {
+void AdamW::step(const Tensor& grad_scale) {
   for (size_t i = 0; i < groups_.size(); ++i) check_config(groups_[i], group_where(i, groups_.size()), true);
   ++t_;
-  update_all(-1);
+  update_all(-1, grad_scale);
 }
 
 // Note [AdamW in a captured graph]
@@ -136,14 +136,14 @@ void AdamW::write_schedule(uint64_t t, size_t n) {
   schedule_.copy_from(Tensor::from_vector(host, schedule_.shape()));
 }
 
-void AdamW::scheduled_step(size_t k) {
+void AdamW::scheduled_step(size_t k, const Tensor& grad_scale) {
   if (!schedule_.defined() || static_cast<int64_t>(k) >= schedule_.dim(0))
     throw Error("[adamw] scheduled_step(" + std::to_string(k) + ") needs a step schedule with slot " +
                 std::to_string(k) + "; call write_schedule first");
-  update_all(static_cast<int64_t>(k));
+  update_all(static_cast<int64_t>(k), grad_scale);
 }
 
-void AdamW::update_all(int64_t slot) {
+void AdamW::update_all(int64_t slot, const Tensor& grad_scale) {
   // Parameters without a gradient are left alone; the others go in one call per group, device and
   // count (on CUDA, one launch per 16 parameters).
   const size_t n = params_.size();
@@ -175,6 +175,7 @@ void AdamW::update_all(int64_t slot) {
         pending[k] = false;
       }
       kernels::AdamWScalars s = scalars(slot < 0 ? steps_[first] : t_ + 1, group);
+      s.grad_scale = grad_scale;
       if (slot >= 0)  // the other scalars are fixed at capture; these two are read when the kernel runs
         s.device_step_scalars = static_cast<const float*>(schedule_.raw_data()) + slot * schedule_.dim(1) +
                                 kScheduleFloats * static_cast<int64_t>(group);

@@ -47,8 +47,11 @@ class AdamW {
   AdamW(std::vector<ParamGroup> groups, AdamWConfig config);
 
   // One update of every parameter that has a gradient, with its group's hyperparameters as they
-  // are now; each such parameter's count goes up by one.
-  void step();
+  // are now; each such parameter's count goes up by one. grad_scale, when defined, is a () f64
+  // tensor on the parameters' device (clip_grad_factor_on_device's factor): every gradient is read
+  // multiplied by it (rounded to the gradient's dtype), the update scaling the gradients first
+  // would give; the gradients stay as they are.
+  void step(const Tensor& grad_scale = Tensor());
 
   // The scalars the kernel gets for update number t (t >= 1) of a parameter of `group`: its
   // hyperparameters and the bias corrections (rounded to fp32 for the f32 fields).
@@ -97,7 +100,7 @@ class AdamW {
   // The update of every parameter with a gradient, its step scalars read from slot k of that table
   // when the kernel runs: what a captured body calls. It does not move the step count; the caller
   // sets it after the replay that runs the update (set_step_count).
-  void scheduled_step(size_t k);
+  void scheduled_step(size_t k, const Tensor& grad_scale = Tensor());  // grad_scale as step()'s
 
   const std::vector<Var>& parameters() const { return params_; }
   const AdamWConfig& config() const { return groups_.front(); }  // group 0's hyperparameters
@@ -118,7 +121,7 @@ class AdamW {
 
   // Parameters with a gradient: each with its own count's scalars, or with its group's scalars from
   // slot `slot` of the schedule (a captured update) when slot >= 0.
-  void update_all(int64_t slot);
+  void update_all(int64_t slot, const Tensor& grad_scale);
 };
 
 }  // namespace tapegrad::optim

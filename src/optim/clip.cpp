@@ -98,6 +98,42 @@ double clip_grad_norm(const std::vector<Var>& params, double max_norm) {
   return total;
 }
 
+namespace {
+
+// The device all of `grads`' entries are on, or an error naming two.
+Device one_device(const char* op, const std::vector<const Tensor*>& entries) {
+  const Device device = entries.front()->device();
+  for (const Tensor* e : entries)
+    if (!(e->device() == device))
+      throw Error(std::string("[") + op + "] the gradients are on " + device.str() + " and " + e->device().str() +
+                  "; it takes one device (clip_grad_norm takes several)");
+  return device;
+}
+
+// norm and factor (clip_factor) of the gradients' entries, all on one device, on that device.
+ClipFactor factor_of(const std::vector<const Tensor*>& entries, const Device& device, double max_norm) {
+  Tensor sums = Tensor::empty(Shape{static_cast<int64_t>(entries.size())}, DType::f64, device);
+  kernels::sum_squares_many(entries, sums);
+  Tensor sumsq = Tensor::empty(Shape{}, DType::f64, device);
+  ClipFactor out{Tensor::empty(Shape{}, DType::f64, device), Tensor::empty(Shape{}, DType::f64, device)};
+  kernels::sum_all(sums, sumsq);
+  kernels::clip_factor(sumsq, max_norm, out.norm, out.factor);
+  return out;
+}
+
+}  // namespace
+
+ClipFactor clip_grad_factor_on_device(const std::vector<Var>& params, double max_norm) {
+  const char* op = "clip_grad_factor_on_device";
+  check_limit(op, "max_norm", max_norm);
+  const std::vector<Var> grads = with_gradients(op, params);
+  if (grads.empty())
+    return {Tensor::from_doubles({0.0}, Shape{}, DType::f64), Tensor::from_doubles({1.0}, Shape{}, DType::f64)};
+  std::vector<const Tensor*> read;
+  for (const Var& p : grads) read.push_back(&entries_of(p));
+  return factor_of(read, one_device(op, read), max_norm);
+}
+
 Tensor clip_grad_norm_on_device(const std::vector<Var>& params, double max_norm) {
   const char* op = "clip_grad_norm_on_device";
   check_limit(op, "max_norm", max_norm);
@@ -106,25 +142,15 @@ Tensor clip_grad_norm_on_device(const std::vector<Var>& params, double max_norm)
   std::vector<Tensor> entries;
   entries.reserve(grads.size());
   for (const Var& p : grads) entries.push_back(p.grad_entries_for_write());
-  const Device device = entries.front().device();
-  for (const Tensor& e : entries)
-    if (!(e.device() == device))
-      throw Error(std::string("[") + op + "] the gradients are on " + device.str() + " and " + e.device().str() +
-                  "; it takes one device (clip_grad_norm takes several)");
   std::vector<const Tensor*> read;
   std::vector<Tensor*> write;
   for (Tensor& e : entries) {
     read.push_back(&e);
     write.push_back(&e);
   }
-  Tensor sums = Tensor::empty(Shape{static_cast<int64_t>(read.size())}, DType::f64, device);
-  kernels::sum_squares_many(read, sums);
-  Tensor sumsq = Tensor::empty(Shape{}, DType::f64, device), norm = Tensor::empty(Shape{}, DType::f64, device);
-  Tensor factor = Tensor::empty(Shape{}, DType::f64, device);
-  kernels::sum_all(sums, sumsq);
-  kernels::clip_factor(sumsq, max_norm, norm, factor);
-  kernels::scale_many_by(write, factor);
-  return norm;
+  const ClipFactor f = factor_of(read, one_device(op, read), max_norm);
+  kernels::scale_many_by(write, f.factor);
+  return f.norm;
 }
 
 void clip_grad_value(const std::vector<Var>& params, double clip_value) {

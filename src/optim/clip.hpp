@@ -33,6 +33,15 @@ double clip_grad_norm(const std::vector<Var>& params, double max_norm);
 // synchronization). The gradients must be on one device.
 Tensor clip_grad_norm_on_device(const std::vector<Var>& params, double max_norm);
 
+// The same norm and coefficient, () f64 tensors on the gradients' device, without scaling any
+// gradient: for an optimizer that applies the coefficient as it reads the gradients
+// (AdamW::step(factor)), which updates as clip_grad_norm_on_device then step() would, bit for bit,
+// without a pass over the gradients of its own. No gradient: norm 0 and factor 1, on the CPU.
+struct ClipFactor {
+  Tensor norm, factor;
+};
+ClipFactor clip_grad_factor_on_device(const std::vector<Var>& params, double max_norm);
+
 // PyTorch's clip_grad_value_: every gradient element clamped to [-clip_value, clip_value] (NaN
 // kept). clip_value finite and >= 0.
 void clip_grad_value(const std::vector<Var>& params, double clip_value);

@@ -1256,6 +1256,21 @@ TEST_CASE("[gpu] clip_grad_norm, grouped SGD and AdamW on CUDA give the CPU's bi
   gpu_adamw.step();
   check_bits(cpu_model.w.value(), gpu_model.w.value().to(kCpu), "w after the step from the loaded state");
   check_bits(cpu_adamw.m(0), gpu_adamw.m(0).to(kCpu), "m after the step from the loaded state");
+  // the clipping coefficient applied inside AdamW's kernel (step(factor)): the CPU's clipping then
+  // step(), clipped or not, and the gradients left as they were
+  for (double max_norm : {0.5, 1000.0}) {
+    const std::vector<Tensor> more{random(Shape{40, 70}, DType::f32), random(Shape{70}, DType::f32)};
+    cpu_model.give(more);
+    gpu_model.give(more);
+    (void)optim::clip_grad_norm({cpu_model.w, cpu_model.b}, max_norm);
+    cpu_adamw.step();
+    const optim::ClipFactor f = optim::clip_grad_factor_on_device({gpu_model.w, gpu_model.b}, max_norm);
+    gpu_adamw.step(f.factor);
+    check_bits(cpu_model.w.value(), gpu_model.w.value().to(kCpu), "w after step(factor), max_norm " + std::to_string(max_norm));
+    check_bits(cpu_model.b.value(), gpu_model.b.value().to(kCpu), "b after step(factor), max_norm " + std::to_string(max_norm));
+    check_bits(cpu_adamw.v(0), gpu_adamw.v(0).to(kCpu), "v after step(factor), max_norm " + std::to_string(max_norm));
+    check_bits(more[0], gpu_model.w.grad().to(kCpu), "w's gradient untouched by step(factor)");
+  }
 }
 
 TEST_CASE("[gpu] a captured AdamW update of two groups replays its steps bit for bit") {

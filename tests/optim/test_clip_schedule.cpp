@@ -16,6 +16,7 @@
 #include "tapegrad/kernels/cpu/exact_sum.hpp"
 #include "tapegrad/kernels/kernels.hpp"
 #include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
+#include "tapegrad/optim/adamw.hpp"
 #include "tapegrad/optim/clip.hpp"
 #include "tapegrad/optim/schedule.hpp"
 #include "tapegrad/tensor/parallel.hpp"
@@ -82,6 +83,49 @@ TEST_CASE("clip_grad_norm matches torch's clip_grad_norm_: the norm it returns a
     CHECK(optim::clip_grad_norm({w, b}, 0.6) == doctest::Approx(0.5).epsilon(1e-5));
     CHECK(w.grad().to_doubles() == clipped);
   }
+}
+
+// clip_grad_factor_on_device then AdamW::step(factor): the coefficient applied as AdamW reads the
+// gradients, which stay as they were; the parameters and moments of clip_grad_norm_on_device then
+// step(), dense and row-sparse gradients, clipped or not.
+TEST_CASE("AdamW::step(clip_grad_factor_on_device's factor) gives clipping then step()'s bits") {
+  for (DType dtype : {DType::f64, DType::f32})
+    for (double max_norm : {0.05, 100.0}) {
+      CAPTURE(dtype_name(dtype));
+      CAPTURE(max_norm);
+      SparseTable fused(dtype), plain(dtype);
+      REQUIRE(fused.table.sparse_grad() != nullptr);
+      const std::vector<double> table_grad = fused.table.sparse_grad()->rows.to_doubles();
+      const std::vector<double> bias_grad = fused.bias.grad().to_doubles();
+      optim::AdamW a({fused.table, fused.bias}, {.lr = 0.01, .weight_decay = 0.1});
+      optim::AdamW b({plain.table, plain.bias}, {.lr = 0.01, .weight_decay = 0.1});
+      for (int step = 0; step < 2; ++step) {  // the second step from the first's moments
+        const optim::ClipFactor f = optim::clip_grad_factor_on_device({fused.table, fused.bias}, max_norm);
+        const Tensor norm = optim::clip_grad_norm_on_device({plain.table, plain.bias}, max_norm);
+        CHECK(f.norm.item() == norm.item());
+        CHECK((f.factor.item() < 1.0) == (max_norm < 1.0));
+        a.step(f.factor);
+        b.step();
+        CHECK(fused.table.sparse_grad()->rows.to_doubles() == table_grad);  // the gradients as they were
+        CHECK(fused.bias.grad().to_doubles() == bias_grad);
+        CHECK(fused.table.value().to_doubles() == plain.table.value().to_doubles());
+        CHECK(fused.bias.value().to_doubles() == plain.bias.value().to_doubles());
+        CHECK(a.m(0).to_doubles() == b.m(0).to_doubles());
+        CHECK(a.v(1).to_doubles() == b.v(1).to_doubles());
+        plain.table.grad_entries_for_write().copy_from(fused.table.sparse_grad()->rows);  // unclipped again
+        plain.bias.grad_entries_for_write().copy_from(fused.bias.grad());
+      }
+    }
+  // no gradient: norm 0, factor 1; a factor that is not a () f64 on the parameters' device is refused
+  Graph g;
+  Var w = g.parameter(Tensor::zeros(Shape{2}, DType::f32), "w");
+  const optim::ClipFactor none = optim::clip_grad_factor_on_device({w}, 1.0);
+  CHECK(none.norm.item() == 0.0);
+  CHECK(none.factor.item() == 1.0);
+  give_gradients(g, {{w, {0.5, -0.5}}});
+  optim::AdamW adamw({w}, {});
+  CHECK(message_of([&] { adamw.step(Tensor::zeros(Shape{}, DType::f32)); }) ==
+        "[adamw] the gradients' scale must be a () f64 tensor on cpu, got () f32 on cpu");
 }
 
 TEST_CASE("clip_grad_norm_on_device gives clip_grad_norm's norm and gradients, clipped or not, NaN included") {
