@@ -154,13 +154,14 @@ cublasHandle_t cublas_for(DeviceContext& ctx) {
 // each row-major matrix as its column-major transpose, with the row length as leading dimension.
 // The plan's innermost batch axis that out keeps is one strided-batched call (a repeating operand
 // has stride 0 there); its other axes are a loop of calls, and along an axis out sums over, every
-// call after the first of its out matrices adds to them (beta 1), in order on the stream.
-void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
+// call after the first of its out matrices adds to them (beta 1), in order on the stream; with
+// accumulate, every call adds.
+void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out, bool accumulate) {
   const kernels::MatmulPlan p = kernels::plan_matmul("matmul", a, ta, b, tb, out);
   if (p.empty()) return;
   DeviceContext& ctx = context(out);
-  if (p.k == 0 || p.products() == 0) {  // empty sums: zeros
-    TG_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), ctx.stream));
+  if (p.k == 0 || p.products() == 0) {  // empty sums: zeros (nothing to add)
+    if (!accumulate) TG_CUDA_CHECK(cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), ctx.stream));
     return;
   }
   int batched = -1;  // the strided-batched axis
@@ -186,7 +187,7 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
     for (int64_t call = 0; call < p.products() / count; ++call) {
       // unravel `call` over the plan's axes but the batched one, innermost last
       int64_t rest = call, oa = 0, ob = 0, oo = 0;
-      bool first = true;  // of its out matrices: every summed axis at 0
+      bool first = !accumulate;  // of its out matrices: every summed axis at 0, and out not added to
       for (int i = p.batch - 1; i >= 0; --i) {
         if (i == batched) continue;
         const auto ax = static_cast<size_t>(i);

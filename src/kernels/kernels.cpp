@@ -133,8 +133,8 @@ void clamp(const Tensor& x, double lo, double hi, Tensor& y) { TG_DISPATCH("clam
 void clamp_backward(const Tensor& x, double lo, double hi, const Tensor& dy, Tensor& dx) {
   TG_DISPATCH("clamp", clamp_backward(x, lo, hi, dy, dx), &x, &dy, &dx);
 }
-void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
-  TG_DISPATCH("matmul", matmul(a, ta, b, tb, out), &a, &b, &out);
+void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out, bool accumulate) {
+  TG_DISPATCH("matmul", matmul(a, ta, b, tb, out, accumulate), &a, &b, &out);
 }
 void matmul_fsum(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
   if (a.ndim() != 2 || b.ndim() != 2 || out.ndim() != 2)

@@ -78,7 +78,10 @@ void clamp_backward(const Tensor& x, double lo, double hi, const Tensor& dy, Ten
 // widens the operands and runs its f32 product), through BLAS on the CPU (OpenBLAS, Note [BLAS threads] in cpu/linalg.cpp) and cuBLAS on
 // CUDA: their rounding (fused multiply-adds, their own blocking), the same bits on every run of one
 // machine, and on the CPU for every thread count. Shapes that do not fit are an error naming them.
-void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out);
+// With accumulate, out += the product instead (BLAS's and cuBLAS's beta = 1: each out value plus
+// its sum, rounded once where the library rounds it; a bf16 out widened, added to and rounded).
+void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out,
+            bool accumulate = false);
 // out (n, m) = op(a) @ op(b), 2-D and f64 only, each cell the correctly rounded sum of its k
 // products, each product rounded on its own: the Python reference's math.fsum over them
 // (docs/tiny_step.md, "Arithmetic"); the same bits on every device. One exact sum per cell, so

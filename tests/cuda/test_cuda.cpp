@@ -311,6 +311,11 @@ TEST_CASE("[gpu] batched matmul: broadcast and summed batch axes, folded ones, e
         check_close(args[2], back[2], t == DType::f64 ? 1e-14 : 1e-6,
                     std::string(name(t)) + " " + c.a.str() + " @ " + c.b.str() + " -> " + c.out.str() + " ta=" +
                         std::to_string(ta) + " tb=" + std::to_string(tb));
+        // accumulate (beta 1): out += the product, on both devices
+        std::vector<Tensor> more{args[0], args[1], random(c.out, t)};
+        auto added = run_both(more, [&](std::vector<Tensor>& a) { kernels::matmul(a[0], ta, a[1], tb, a[2], true); });
+        check_close(more[2], added[2], t == DType::f64 ? 1e-14 : 1e-6,
+                    std::string(name(t)) + " accumulate " + c.a.str() + " @ " + c.b.str() + " -> " + c.out.str());
       }
 }
 

@@ -148,6 +148,13 @@ TEST_CASE("matmul: batched, broadcast and summed products equal a plain loop, ev
     const std::vector<double> want = reference(a, ta, b, tb, out.shape()), have = out.to_doubles();
     const double tol = t == DType::f64 ? 1e-12 : 1e-4;
     for (size_t i = 0; i < want.size(); ++i) REQUIRE(std::fabs(have[i] - want[i]) <= tol * (1.0 + std::fabs(want[i])));
+    // accumulate: out += the product, onto what out held
+    const Tensor before = random(out.shape(), t);
+    Tensor added = before.clone();
+    kernels::matmul(a, ta, b, tb, added, /*accumulate=*/true);
+    const std::vector<double> base = before.to_doubles(), sum = added.to_doubles();
+    for (size_t i = 0; i < want.size(); ++i)
+      REQUIRE(std::fabs(sum[i] - (base[i] + want[i])) <= tol * (1.0 + std::fabs(base[i] + want[i])));
   }
 }
 
@@ -193,6 +200,32 @@ TEST_CASE("empty products: an empty inner size and an empty batch to sum over gi
   Tensor summed = Tensor::from_doubles({NAN, NAN, NAN, NAN, NAN, NAN}, Shape{2, 3}, DType::f32);
   kernels::matmul(Tensor::empty({0, 4, 2}, DType::f32), true, Tensor::empty({0, 4, 3}, DType::f32), false, summed);
   CHECK(summed.to_doubles() == std::vector<double>(6, 0.0));
+  // accumulating an empty sum leaves out as it was
+  Tensor kept = Tensor::from_doubles({1, 2, 3, 4, 5, 6}, Shape{2, 3}, DType::f64);
+  kernels::matmul(Tensor::empty({2, 0}, DType::f64), false, Tensor::empty({0, 3}, DType::f64), false, kept, true);
+  CHECK(kept.to_doubles() == std::vector<double>{1, 2, 3, 4, 5, 6});
+}
+
+TEST_CASE("matmul with accumulate, bf16 operands: into f32 the f32 product added; into bf16 the widened sum rounded") {
+  const Tensor a = random({5, 7}, DType::f32), b = random({7, 3}, DType::f32), c = random({5, 3}, DType::f32);
+  Tensor ab = Tensor::empty({5, 7}, DType::bf16), bb = Tensor::empty({7, 3}, DType::bf16);
+  kernels::cast(a, ab);
+  kernels::cast(b, bb);
+  Tensor wa = Tensor::empty({5, 7}, DType::f32), wb = Tensor::empty({7, 3}, DType::f32);
+  kernels::cast(ab, wa);
+  kernels::cast(bb, wb);
+  Tensor want = c.clone(), got = c.clone();
+  kernels::matmul(wa, false, wb, false, want, true);
+  kernels::matmul(ab, false, bb, false, got, true);
+  CHECK(got.to_doubles() == want.to_doubles());  // the same f32 call on the widened operands
+  Tensor c16 = Tensor::empty({5, 3}, DType::bf16), want16 = Tensor::empty({5, 3}, DType::bf16);
+  kernels::cast(c, c16);
+  Tensor wide = Tensor::empty({5, 3}, DType::f32);
+  kernels::cast(c16, wide);
+  kernels::matmul(wa, false, wb, false, wide, true);
+  kernels::cast(wide, want16);
+  kernels::matmul(ab, false, bb, false, c16, true);
+  CHECK(c16.to_doubles() == want16.to_doubles());
 }
 
 TEST_CASE("matmul_fsum: each cell the correctly rounded sum of its rounded products, where BLAS's order is not") {

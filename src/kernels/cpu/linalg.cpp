@@ -121,21 +121,22 @@ Offsets offsets_at(const kernels::MatmulPlan& p, const Axes& axes, int64_t i) {
 
 }  // namespace
 
-void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
+void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out, bool accumulate) {
   const kernels::MatmulPlan p = kernels::plan_matmul("matmul", a, ta, b, tb, out);
   if (p.empty()) return;
   if (a.dtype() == DType::bf16) {  // bf16 operands into f32: their f32 widenings' product (exact products)
     Tensor wa = Tensor::empty(a.shape(), DType::f32, a.device()), wb = Tensor::empty(b.shape(), DType::f32, b.device());
     cast(a, wa);
     cast(b, wb);
-    if (out.dtype() == DType::f32) return matmul(wa, ta, wb, tb, out);
+    if (out.dtype() == DType::f32) return matmul(wa, ta, wb, tb, out, accumulate);
     Tensor wide = Tensor::empty(out.shape(), DType::f32, out.device());  // into bf16: the f32 result, rounded once
-    matmul(wa, ta, wb, tb, wide);
+    if (accumulate) cast(out, wide);
+    matmul(wa, ta, wb, tb, wide, accumulate);
     cast(wide, out);
     return;
   }
-  if (p.k == 0 || p.products() == 0) {  // empty sums: zeros
-    std::memset(out.raw_data(), 0, out.nbytes());
+  if (p.k == 0 || p.products() == 0) {  // empty sums: zeros (nothing to add)
+    if (!accumulate) std::memset(out.raw_data(), 0, out.nbytes());
     return;
   }
   keep_blas_single_threaded();
@@ -167,7 +168,8 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
         for (int64_t s = 0; s < summed.products; ++s) {
           const Offsets o = offsets_at(p, summed, s);
           gemm<T>(p, rows, cols, A + matrix.a + o.a + (p.ta ? r0 : r0 * p.lda),
-                  B + matrix.b + o.b + (p.tb ? c0 * p.ldb : c0), O + matrix.out + r0 * p.m + c0, s > 0);
+                  B + matrix.b + o.b + (p.tb ? c0 * p.ldb : c0), O + matrix.out + r0 * p.m + c0,
+                  s > 0 || accumulate);
         }
       }
     });

@@ -8,7 +8,7 @@
 // gradient is wanted, dz = softmax(z) - onehot(t) in the products' dtype.
 // - mean and sum (a scalar loss): the gradients are made in the forward, as Liger-Kernel's fused
 //   linear cross-entropy makes them: dx_c = dz W and dW += dz^T x_c per block (the first block's
-//   product written, the others added through a block-sized temporary), divided by the count for
+//   product written, the others' added to it by the product itself, BLAS's beta 1), divided by the count for
 //   the mean once all blocks are done. The backward only scales them by dloss: no block is made
 //   twice, and at most one (chunk_rows, V) z and its dz are alive at a time. In NoGrad, or when
 //   neither x nor W wants a gradient, no dz is made.
@@ -61,23 +61,15 @@ Tensor block_like(const Tensor& whole, int64_t rows) {
 }
 
 // A block's share of the gradients from its dz (m, V): rows [r0, r0 + m) of dx = dz W, and
-// dW += dz^T x_c (written by the first block, added through dw_block by the others). An undefined
-// dx or dw is not wanted.
-void add_block_gradients(const Tensor& dz, const Tensor& xc, const Tensor& Wc, int64_t r0, Tensor& dx, Tensor& dw,
-                         Tensor& dw_block) {
+// dW += dz^T x_c (written by the first block, added to by the others' products, beta 1: no block
+// of dW's size apart). An undefined dx or dw is not wanted.
+void add_block_gradients(const Tensor& dz, const Tensor& xc, const Tensor& Wc, int64_t r0, Tensor& dx, Tensor& dw) {
   if (dx.defined()) {
     Tensor dxc = block_like(dx, dz.dim(0));
     kernels::matmul(dz, false, Wc, false, dxc);  // (m, C) = dz W
     put_rows(dxc, dx, r0);
   }
-  if (!dw.defined()) return;
-  if (r0 == 0) {
-    kernels::matmul(dz, true, xc, false, dw);  // (V, C) = dz^T x_c
-    return;
-  }
-  if (!dw_block.defined()) dw_block = like(dw);
-  kernels::matmul(dz, true, xc, false, dw_block);
-  kernels::binary(kernels::Binary::add, dw, dw_block, dw);
+  if (dw.defined()) kernels::matmul(dz, true, xc, false, dw, /*accumulate=*/r0 > 0);  // (V, C) (+)= dz^T x_c
 }
 
 // reduction none: saved = {W's copy in the products' dtype (Note [autocast]; undefined when W is
@@ -95,7 +87,6 @@ void backward_recomputed(BackwardContext& ctx) {
   const DType compute = Wc.dtype();
   Tensor dx = want_x ? Tensor::empty(Shape{n, c}, x.dtype(), x.device()) : Tensor();
   Tensor dw = want_w ? like(W) : Tensor();
-  Tensor dw_block;
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t r1 = std::min(n, r0 + chunk), m = r1 - r0;
     const Tensor xc = operand(rows_of(x, r0, r1), compute), tc = rows_of(t, r0, r1);
@@ -105,7 +96,7 @@ void backward_recomputed(BackwardContext& ctx) {
     kernels::nll_log_softmax_backward(z, tc, ignore_index, rows_of(d1, r0, r1), Tensor(), z);
     const Tensor dz = operand(z, compute);
     z = Tensor();
-    add_block_gradients(dz, xc, Wc, r0, dx, dw, dw_block);
+    add_block_gradients(dz, xc, Wc, r0, dx, dw);
   }
   if (want_x) ctx.accumulate(0, dx.reshape(ctx.input(0).shape()));
   if (want_w) ctx.accumulate(1, dw);
@@ -157,7 +148,7 @@ Var linear_cross_entropy(Var x, Var w, Var targets, Reduction reduction, int64_t
   const bool scalar = reduction != Reduction::none, grads = scalar && g.grad_enabled();
   const bool want_x = grads && x.requires_grad(), want_w = grads && w.requires_grad();
   Tensor dx = want_x ? Tensor::empty(Shape{n, c}, W.dtype(), xv.device()) : Tensor();
-  Tensor dw = want_w ? like(W) : Tensor(), dw_block;
+  Tensor dw = want_w ? like(W) : Tensor();
   Tensor losses = Tensor::empty(Shape{n}, W.dtype(), xv.device());
   Tensor count = Tensor::empty(Shape{}, W.dtype(), xv.device()), block_count;
   for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {  // Note [blocks of rows]
@@ -176,7 +167,7 @@ Var linear_cross_entropy(Var x, Var w, Var targets, Reduction reduction, int64_t
     }
     put_rows(lc, losses, r0);
     z = Tensor();
-    add_block_gradients(dz, xc, Wc, r0, dx, dw, dw_block);
+    add_block_gradients(dz, xc, Wc, r0, dx, dw);
   }
   Tensor out = losses.reshape(t.shape());
   if (scalar) {
