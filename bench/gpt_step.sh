@@ -52,6 +52,15 @@ timeout 300 "$gpt" train --config gpt2 --tokens random --device cuda --autocast 
   > "$logs/gpt2_graph.log" 2>&1
 line "gpt2 124M, tapegrad bf16 --graph" "$(grep -q '^median' "$logs/gpt2_graph.log" && echo INFO || echo FAIL)" \
   "$(grep '^median' "$logs/gpt2_graph.log" || tail -2 "$logs/gpt2_graph.log")"
+# GPT-2 + 3 value-embed planes (the issue's third row), --graph, sparse (the pull and SparseAdamW
+# after each replay) and dense
+for mode in "" --value-embeds-dense; do
+  # shellcheck disable=SC2086
+  timeout 300 "$gpt" train --config gpt2 --tokens random --device cuda --autocast bf16 --graph --steps 30 \
+    --value-embeds 3 $mode > "$logs/gpt2_ve$mode.log" 2>&1
+  line "gpt2 124M + 3 value embeds ${mode:-sparse}, --graph" "$(grep -q '^median' "$logs/gpt2_ve$mode.log" && echo INFO || echo FAIL)" \
+    "$(grep '^median' "$logs/gpt2_ve$mode.log" || tail -2 "$logs/gpt2_ve$mode.log")"
+done
 timeout 300 "$gpt" train --config gpt2 --tokens random --device cuda --autocast bf16 --steps 2 \
   --trace "$w/trace_gpt2.safetensors" > "$logs/gpt2_trace.log" 2>&1
 for compile in "" --compile; do

@@ -2,7 +2,8 @@
 # gpu_gpt: examples/gpt on a GPU machine, in one device call (scripts/gpu_check.sh runs it too):
 #  1. the tiny config on CUDA: 30 steps and a resume to 60 against 60 in one run (the same
 #     checkpoint bytes), 60 with --graph against them (the same bytes again), the same with bf16
-#     products and activations (--autocast bf16, eager against --graph), and a sample;
+#     products and activations (--autocast bf16, eager against --graph), the same with 2 value-embed
+#     planes, sparse and dense (eager against --graph), and a sample;
 #  2. the small config (nanoGPT's shakespeare_char sizes) on CUDA, f32, trained on this repository's
 #     own prose (docs/*.md and README.md, about 220 KB): the step time and the validation loss;
 #  3. the PyTorch parity of the small config (tests/gpt/parity.py --device cuda, dropout 0, 100
@@ -39,6 +40,16 @@ timeout 120 "$gpt" train --device cuda --steps 60 --autocast bf16 --checkpoint "
 timeout 120 "$gpt" train --device cuda --steps 60 --autocast bf16 --graph --checkpoint "$w/e.ckpt" > "$logs/tiny_bf16_graph.log" 2>&1
 if [[ -s $w/d.ckpt ]] && cmp -s "$w/d.ckpt" "$w/e.ckpt"; then line "tiny, CUDA, bf16: --graph = eager" PASS "same checkpoint bytes; $(grep '^median' "$logs/tiny_bf16_graph.log" | head -1)"
 else line "tiny, CUDA, bf16: --graph = eager" FAIL "checkpoints differ (or a run failed: $logs/tiny_bf16*.log)"; fi
+# and with value embeddings, sparse (the pull after each replay) and dense: eager and --graph, the same bytes
+for mode in "" "--value-embeds-dense"; do
+  # shellcheck disable=SC2086
+  timeout 120 "$gpt" train --device cuda --steps 60 --value-embeds 2 $mode --checkpoint "$w/f.ckpt" > "$logs/tiny_ve.log" 2>&1
+  # shellcheck disable=SC2086
+  timeout 120 "$gpt" train --device cuda --steps 60 --value-embeds 2 $mode --graph --checkpoint "$w/g.ckpt" > "$logs/tiny_ve_graph.log" 2>&1
+  if [[ -s $w/f.ckpt ]] && cmp -s "$w/f.ckpt" "$w/g.ckpt"; then line "tiny, CUDA, value embeds ${mode:-sparse}: --graph = eager" PASS "same checkpoint bytes; $(grep '^median' "$logs/tiny_ve_graph.log" | head -1)"
+  else line "tiny, CUDA, value embeds ${mode:-sparse}: --graph = eager" FAIL "checkpoints differ (or a run failed: $logs/tiny_ve*.log)"; fi
+  rm -f "$w/f.ckpt" "$w/g.ckpt"
+done
 timeout 60 "$gpt" sample --device cuda --checkpoint "$w/a.ckpt" --prompt "It was" --tokens 80 --top-k 10 > "$logs/tiny_sample.txt" 2>&1 \
   && line "tiny, CUDA: sample" INFO "$(head -c 90 "$logs/tiny_sample.txt" | tr '\n' ' ')" || line "tiny, CUDA: sample" FAIL "see tiny_sample.txt"
 

@@ -55,6 +55,11 @@ struct GPT : nn::Module {
     register_module("h", h);
     register_module("ln_f", ln_f);
     if (c.value_embeds > 0) register_module("ve", ve.emplace(f, c.value_embeds * c.vocab, c.dim));
+    if (c.value_embeds > 0 && c.ve_mode == ValueEmbeds::dense) {  // plane p's first row, p V, in f32 (P, 1, 1)
+      std::vector<float> offsets;
+      for (int64_t p = 0; p < c.value_embeds; ++p) offsets.push_back(static_cast<float>(p * c.vocab));
+      ve_offsets = Tensor::from_vector(offsets, Shape{c.value_embeds, 1, 1}, f.device);
+    }
     // nanoGPT's initialisation: N(0, 0.02) for every matrix and embedding, the residual
     // projections N(0, 0.02 / sqrt(2 L)) (GPT-2's scaling of the paths that add into x).
     for (auto& [name, p] : named_parameters()) {
@@ -96,7 +101,7 @@ struct GPT : nn::Module {
 
   // ids (B, T) -> the P planes' rows, (P, B*T, C) (sparse) or (P, B, T, C) (dense).
   Var value_embeds(Var ids, const ops::ValueEmbedBuffer& buffer) {
-    const int64_t P = config.value_embeds, V = config.vocab;
+    const int64_t P = config.value_embeds;
     if (config.ve_mode == ValueEmbeds::sparse) {
       ops::ValueEmbedOptions options;  // the deterministic backward: a resumed run gets the same bits
       options.accumulate = ops::ValueEmbedAccumulate::deterministic;
@@ -104,10 +109,9 @@ struct GPT : nn::Module {
                                      buffer, options);
     }
     // plane p reads rows p V .. p V + V - 1 of the same (P V, C) table: ids + p V, (P, B, T),
-    // added in f32 (exact: P V is far below 2^24; integer tensors have no arithmetic ops)
-    std::vector<float> offsets;
-    for (int64_t p = 0; p < P; ++p) offsets.push_back(static_cast<float>(p * V));
-    Var o = ids.graph().input(Tensor::from_vector(offsets, Shape{P, 1, 1}, ids.device()));
+    // added in f32 (exact: P V is far below 2^24; integer tensors have no arithmetic ops). The
+    // offsets were put on the device once, so a captured step holds no copy from the host.
+    Var o = ids.graph().input(ve_offsets);
     return (*ve)(ops::to(ops::to(ops::unsqueeze(ids, 0), DType::f32) + o, DType::i32));
   }
 
@@ -117,6 +121,7 @@ struct GPT : nn::Module {
   nn::ModuleList<nn::Block> h;
   nn::LayerNorm ln_f;
   std::optional<nn::Embedding> ve;  // (P V, C), with value embeddings only
+  Tensor ve_offsets;                // (P, 1, 1) f32: p V, with dense value embeddings only
 };
 
 }  // namespace gpt

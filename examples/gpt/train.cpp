@@ -339,9 +339,9 @@ int train(const TrainOptions& o) {
   if (c.products == DType::bf16 && o.dtype != DType::f32)
     refuse("--autocast bf16 casts f32 products; it needs --dtype f32, not " + std::string(dtype_name(o.dtype)));
   const Device device = parse_device(o.device);
-  if (o.graph && (!device.is_cuda() || c.dropout > 0 || c.value_embeds > 0 || !o.dump_tape.empty() || !o.trace.empty()))
+  if (o.graph && (!device.is_cuda() || c.dropout > 0 || !o.dump_tape.empty() || !o.trace.empty()))
     refuse("--graph replays one captured step: it needs --device cuda, --dropout 0 (a replay would repeat the "
-           "mask), no value embeddings, and neither --dump-tape nor --trace");
+           "mask), and neither --dump-tape nor --trace");
   if (o.random_tokens && (!o.data.empty() || o.bytes)) refuse("--tokens random takes no --data");
   const Data data = o.random_tokens ? random_data() : load_data(o.data, o.bytes, c.block);
   c.vocab = data.V;
@@ -459,7 +459,10 @@ int train(const TrainOptions& o) {
   // the device (clip_grad_factor_on_device, where clip_grad_norm would read the norm back) and AdamW
   // applies as it reads the gradients (no pass of its own). The replayed kernels compute what the
   // eager step's do, so the two give the same bits: 60 steps with --graph write the checkpoint of
-  // 60 without (scripts/gpu_gpt.sh).
+  // 60 without (scripts/gpu_gpt.sh). Value embeddings: the dense table is one more parameter of
+  // the graph; the sparse one's backward adds into its buffer inside the graph (the lookup never
+  // synchronizes), and the pull and SparseAdamW run after each replay, eagerly, because the pull
+  // learns on the host how many rows the step touched.
   Tensor tokens_in, targets_in;  // --graph: the batch's fixed home on the device
   if (o.graph) {
     tokens_in = Tensor::zeros(Shape{B, T}, DType::i32, device);
@@ -470,7 +473,7 @@ int train(const TrainOptions& o) {
   auto graph_step = [&](bool scheduled) {  // the --graph step's body, eager or captured
     g.clear();
     g.zero_grad();
-    Var loss = loss_on(tokens_in, targets_in, {});
+    Var loss = loss_on(tokens_in, targets_in, buffer);
     g.backward(loss, {.free_activation_grads = true});
     const optim::ClipFactor clip = optim::clip_grad_factor_on_device(dense_params, 1.0);
     if (scheduled) adamw.scheduled_step(0, clip.factor);
@@ -499,6 +502,8 @@ int train(const TrainOptions& o) {
         adamw.set_step_count(t + 1);
         loss_value = captured_loss;
       }
+      // the sparse table's update stays outside the graph: the pull learns how many rows it takes
+      if (sparse) sparse->step(model.ve->weight.value(), ops::value_embed_pull(buffer));
     } else {
       g.clear();
       g.zero_grad();

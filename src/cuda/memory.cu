@@ -353,6 +353,10 @@ struct CudaBackend final : DeviceBackend {
     } else if (dst_dev.is_cuda()) {
       // From pageable host memory: the call returns once the source is staged, so the caller may free it.
       DeviceContext& ctx = context(dst_dev.index);
+      if (ctx.capturing)  // a replay would read the host bytes again, long after the caller freed them
+        throw Error("[capture] the captured body copies " + std::to_string(nbytes) + " bytes from the host to cuda:" +
+                    std::to_string(ctx.index) + ", which a graph cannot replay; make the tensor on the device "
+                    "before the capture, or copy_from into one between replays");
       TG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, ctx.stream));
     } else {
       DeviceContext& ctx = context(src_dev.index);

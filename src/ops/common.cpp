@@ -72,7 +72,15 @@ Tensor expand(const Tensor& t, const Shape& from, const Shape& to) {
 }
 
 Var constant(Graph& g, double value, const Tensor& like) {
-  return g.input(Tensor::scalar(value, like.dtype(), like.device()));
+  const DType t = like.dtype();
+  if (like.device().is_cpu() || (t != DType::f32 && t != DType::f64))
+    return g.input(Tensor::scalar(value, t, like.device()));
+  // On a device, a fill rather than a copy from the host, so that a captured step may hold it (a
+  // replay cannot repeat a host copy). The value is rounded to the dtype on the host first, so the
+  // fill writes the bits Tensor::scalar would.
+  Tensor out = Tensor::empty(Shape{}, t, like.device());
+  kernels::fill(out, Tensor::scalar(value, t).item());
+  return g.input(std::move(out));
 }
 
 Tensor host_ints(const std::vector<int64_t>& values) {

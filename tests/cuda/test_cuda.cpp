@@ -738,6 +738,30 @@ TEST_CASE("[gpu] a captured model with matmul (cuBLAS) and SGD replays its steps
     check_bits(pe[k].value().to(kCpu), pc[k].value().to(kCpu), "parameter " + pe[k].label() + " after 5 steps");
 }
 
+TEST_CASE("[gpu] a captured body may hold scalar constants (x + 1, x / 3, masked_fill): fills, not host copies") {
+  for (DType t : {DType::f32, DType::f64}) {
+    CAPTURE(dtype_name(t));
+    const Tensor x0 = random(Shape{5, 3}, t).to(kGpu);
+    const Tensor mask = index_tensor({1, 0, 0, 1, 0, 1, 1, 1, 0, 0, 0, 1, 0, 1, 0}, DType::u8).reshape(Shape{5, 3}).to(kGpu);
+    Tensor x = Tensor::zeros(Shape{5, 3}, t, kGpu);
+    Graph g;
+    auto body = [&] {
+      g.clear();
+      Var v = g.input(x);
+      return ops::masked_fill((v + 1.0) / 3.0 - 0.25, g.input(mask), -7.5).value();
+    };
+    x.copy_from(x0);
+    const Tensor eager = body().to(kCpu);
+    x.zero_();
+    Tensor out;
+    std::unique_ptr<CapturedGraph> graph = capture(kGpu, [&] { out = body(); });
+    x.copy_from(x0);  // what the replay reads, written after the capture
+    graph->replay();
+    check_bits(eager, out.to(kCpu), "replayed (x + 1) / 3 - 0.25, masked");
+    CHECK((t == DType::f32 ? double{eager.data<float>()[0]} : eager.data<double>()[0]) == -7.5);  // mask[0] is set
+  }
+}
+
 TEST_CASE("[gpu] capture refuses what a graph cannot replay, and leaves the device working") {
   const cuda::AllocatorStats before = cuda::allocator_stats();
   Graph g;
@@ -746,6 +770,9 @@ TEST_CASE("[gpu] capture refuses what a graph cannot replay, and leaves the devi
   CHECK(message_of([&] { (void)capture(kGpu, [&] { (void)ops::sum(ops::gather(w, g.input(ids))).value().item(); }); }) ==
         "[capture] the captured body waits for cuda:0 (a copy to the host, item() or synchronize()), which a graph "
         "cannot replay; read values after replay() instead");
+  CHECK(message_of([&] { (void)capture(kGpu, [&] { (void)index_tensor({1, 2}, DType::i32).to(kGpu); }); }) ==
+        "[capture] the captured body copies 8 bytes from the host to cuda:0, which a graph cannot replay; make the "
+        "tensor on the device before the capture, or copy_from into one between replays");
   CHECK(message_of([&] { (void)capture(kGpu, [&] { (void)capture(kGpu, [] {}); }); }) ==
         "[capture] cuda:0 is already capturing; captures do not nest");
   CHECK(message_of([] { (void)capture(kCpu, [] {}); }) ==
