@@ -104,9 +104,12 @@ int main(int argc, char** argv) {
   // layout entry points, as qkv_attention calls them
   const kernels::AttentionLayout at = kernels::AttentionLayout::contiguous(b, h, t, t, hd, hd);
   const auto bf16 = kernels::AttentionProducts::bf16;
+  // both product kernels where the device has the wgmma ones (Note [wgmma attention])
+  for (int wgmma = 0; wgmma < (cuda::attention_wgmma_available(dev.index) ? 2 : 1); ++wgmma)
   for (bool causal : {false, true}) {
+    cuda::set_attention_wgmma(wgmma == 1);
     const double fwd_flops = 4.0 * b * h * t * t * hd / (causal ? 2 : 1), bwd_flops = 2.5 * fwd_flops;
-    const std::string mode = causal ? ", causal" : "";
+    const std::string mode = std::string(causal ? ", causal" : "") + (wgmma ? ", wgmma" : ", mma.sync");
     const std::string size_bf16 = size + " bf16 products";
     auto forward = [&] { kernels::attention_forward(q, k, v, at, causal, scale, out, lse, bf16); };
     auto backward = [&] {

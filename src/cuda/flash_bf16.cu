@@ -33,16 +33,22 @@
 //   tile; the longest tiles are launched first.
 // - D = 128 streams tiles of 32 rows instead of 64 (Tiles<D>::stream), to keep two (16, 128) f32
 //   accumulators and the scores within the registers.
+// - The products are a policy of the three kernels (the products' two policies, below): the
+//   mma.sync of this note (MmaSync<D>), or on Hopper at D = 64 warpgroup products reading swizzled
+//   tiles (Wgmma, Note [wgmma attention]); the softmax, masks, streams and stores are the same code.
 // Against the f32 kernels the results differ by bf16's rounding of the operands, of P and of dS
 // (about 2^-9 relative each), which test_cuda bounds.
 #include <cuda_bf16.h>
 
+#include <array>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <type_traits>
 
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/attention.cuh"
+#include "tapegrad/cuda/cuda.hpp"
 #include "tapegrad/cuda/cuda_kernels.hpp"
 
 namespace tapegrad::cuda {
@@ -260,6 +266,179 @@ __device__ inline float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// ---- Hopper's warpgroup products (PTX ISA: wgmma.mma_async), for the Wgmma policy
+//
+// Compiled for sm_90a only (the arch-specific features that wgmma needs); the compute_90 PTX kept
+// for other devices has a trap in their place, and the launchers choose the policy by the
+// device's compute capability, so it never runs there.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TG_WGMMA 1
+#endif
+
+// A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): the start address, the
+// leading and stride byte offsets (each in 16-byte units, 14 bits), 128-byte swizzle (mode 1 in
+// bits 62-63).
+__device__ inline uint64_t wgmma_desc(const bf16* start, uint32_t leading_bytes, uint32_t stride_bytes) {
+  const uint64_t a = shared_address(start);
+  return ((a & 0x3FFFF) >> 4) | (uint64_t{(leading_bytes >> 4) & 0x3FFF} << 16) |
+         (uint64_t{(stride_bytes >> 4) & 0x3FFF} << 32) | (uint64_t{1} << 62);
+}
+
+__device__ inline void wgmma_fence() {
+#ifdef TG_WGMMA
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ inline void wgmma_commit_and_wait() {  // every product issued so far has finished
+#ifdef TG_WGMMA
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+// The accumulators' registers are the asynchronous products' until the wait: this keeps the
+// compiler from moving their reads and writes across it (CUTLASS's warpgroup_fence_operand).
+template <int N>
+__device__ inline void pin(float (&d)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[n][e])::"memory");
+}
+// Shared memory written through the generic proxy (cp.async) made visible to wgmma's reads.
+__device__ inline void fence_async_shared() {
+#ifdef TG_WGMMA
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// The 64 x 64 f32 accumulator of an m64n64 product: its 32 registers a thread, d[n][e] as
+// operands %0 .. %31 (C fragment n, element e).
+#define TG_WGMMA_REGISTERS \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define TG_WGMMA_ACCUMULATORS(d)                                                                                    \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),         \
+      "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]),     \
+      "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]),     \
+      "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),     \
+      "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+
+// d (64 x 64, the warpgroup's; a warp's 16 rows as C fragments) = (accumulate ? d : 0) + A B, A and
+// B (16 deep) in shared memory, both K-major.
+__device__ inline void wgmma_ss(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate) {
+#ifdef TG_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TG_WGMMA_REGISTERS ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : TG_WGMMA_ACCUMULATORS(d)
+      : "l"(a), "l"(b), "r"(accumulate)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+// d += A B, A (64 x 16) in registers (a warp's 16 rows as an m16n8k16 A fragment), B (16 x 64) in
+// shared memory, N-major (its rows along K, contiguous along N: imm-trans-b 1).
+__device__ inline void wgmma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
+#ifdef TG_WGMMA
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TG_WGMMA_REGISTERS ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : TG_WGMMA_ACCUMULATORS(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// ---- the products' two policies
+//
+// A kernel's products are those of its block's 4 warps, warp w computing rows 16 w .. 16 w + 15
+// (r0) of a 64-row operand; a policy says how, with the shared tiles' layout that goes with it:
+//   scores(acc, X, r0, Y)  acc (16, N) = X[r0 ..] Y^T   (X 64 rows, Y N rows, both D deep)
+//   pz(acc, p, Z)          acc (16, D) += P Z           (P (16, N) an f32 accumulator rounded to bf16)
+//   az(acc, a, Z)          acc (16, D) += A Z           (A (16, N) as bf16 A fragments)
+// with load() filling a tile from an operand's rows and landed() making a finished copy readable by
+// the products. Both give each warp its rows in the m16n8k16 fragment layouts, so the softmax code
+// around the products is the same for both.
+
+// mma.sync m16n8k16 from ldmatrix fragments of tiles whose rows are padded by 16 bytes.
+template <int kD>
+struct MmaSync {
+  static constexpr int D = kD, N = Tiles<D>::stream;
+  static constexpr int own = Tiles<D>::own, tile = Tiles<D>::tile;  // halves
+  static constexpr int align = 16;                                   // bytes a tile starts on
+  __device__ static void load(bf16* dst, const Rows& x, int64_t H, int64_t hi, int64_t t0, int n) {
+    load_tile<D>(dst, x, H, hi, t0, n);
+  }
+  __device__ static void landed() {}
+  __device__ static void scores(float (&acc)[N / 8][4], const bf16* x, int r0, const bf16* y) {
+    zero(acc);
+    product_xyt<D, N>(acc, x, r0, y);
+  }
+  __device__ static void pz(float (&acc)[D / 8][4], const float (&p)[N / 8][4], const bf16* z) {
+    product_pz<D, N>(acc, p, z);
+  }
+  __device__ static void az(float (&acc)[D / 8][4], const uint32_t (&a)[N / 16][4], const bf16* z) {
+    product_az<D, N>(acc, a, z);
+  }
+};
+
+// Note [wgmma attention]
+// On Hopper, at head sizes up to 64, the block's 4 warps are one warpgroup and every product is
+// wgmma.mma_async m64n64k16 (bf16 operands, f32 sums): the tensor cores read B, and A where it is
+// an operand tile, straight from shared memory, with no ldmatrix; P and dS enter as register A
+// fragments, whose layout (a warp's 16 rows) is mma.sync's, as is the accumulators'. Tiles are 64
+// rows of 64 halves, 128 bytes a row, in the 128-byte swizzle: row r's 16-byte chunk c lies at
+// chunk c ^ (r % 8) of the row, and a tile starts on 1024 bytes. Descriptors:
+// - K-major operands (X and Y of the scores: rows along M or N, contiguous along K = the head):
+//   8-row groups 1024 bytes apart (the stride offset; the leading offset is unused, 16), the k-th
+//   16 columns at start + 32 k bytes (the swizzle is applied to the address the unit computes).
+// - N-major B (Z of pz and az: rows along K = the tile's rows, contiguous along N = the head):
+//   8-row groups 1024 bytes apart along K (the stride offset; the leading offset, between 64-column
+//   blocks along N, is unused at 64 columns), the k-th 16 rows at start + 2048 k bytes.
+// Each product is issued, committed and waited for before the softmax reads it; the 3 or 4 blocks
+// a multiprocessor holds overlap one block's softmax with another's products.
+struct Wgmma {
+  static constexpr int D = 64, N = 64;
+  static constexpr int own = 64 * 64, tile = 64 * 64;  // halves: 8 KiB, a multiple of 1024 bytes
+  static constexpr int align = 1024;
+  __device__ static int at(int r, int c) { return r * 64 + ((c ^ (r & 7)) << 3); }  // halves; c a chunk of 8
+  // rows [t0, t0 + n) of head hi of x, 16 bytes a copy, zeros past T and past the width
+  __device__ static void load(bf16* dst, const Rows& x, int64_t H, int64_t hi, int64_t t0, int n) {
+    constexpr int rows_a_pass = kThreads / 8;
+    const int c = static_cast<int>(threadIdx.x) % 8, r0 = static_cast<int>(threadIdx.x) / 8;
+    const bool column = 8 * c < x.width;
+    const int64_t step = rows_a_pass * x.at.row;
+    const bf16* src = x.p + row_at(x.at, H, hi, t0 + r0) + 8 * c;
+    for (int r = r0; r < n; r += rows_a_pass, src += step) {
+      const bool real = column && t0 + r < x.T;
+      copy16(dst + at(r, c), real ? src : x.p, real);
+    }
+  }
+  __device__ static void landed() { fence_async_shared(); }
+  __device__ static void scores(float (&acc)[8][4], const bf16* x, int /*r0: 16 warp()*/, const bf16* y) {
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) wgmma_ss(acc, wgmma_desc(x + 16 * k, 16, 1024), wgmma_desc(y + 16 * k, 16, 1024), k);
+    wgmma_commit_and_wait();
+    pin(acc);
+  }
+  __device__ static void az(float (&acc)[8][4], const uint32_t (&a)[4][4], const bf16* z) {
+    pin(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) wgmma_rs(acc, a[k], wgmma_desc(z + 16 * 64 * k, 64 * 64 * 2, 1024));
+    wgmma_commit_and_wait();
+    pin(acc);
+  }
+  __device__ static void pz(float (&acc)[8][4], const float (&p)[8][4], const bf16* z) {
+    uint32_t a[4][4];
+    to_fragments<N>(a, p);
+    az(acc, a, z);
+  }
+};
+
 // The (16, D) accumulator of rows r0.. (the warp's, of a tile starting at row t0) times `factor`
 // into rows t < T, columns < w of head hi of an operand (rows of `at`).
 template <int D, class X>
@@ -283,22 +462,22 @@ __device__ void store_rows(const float (&acc)[D / 8][4], float factor, X* x, con
 // The key and value tiles a block of queries streams through (forward, dQ): all of them, or up to
 // the one holding the block's last query when causal; double-buffered in shared memory, tile j
 // in buffer j % 2, tile j + 1 copied in while tile j is used.
-template <int D>
+template <class P>
 struct KeyStream {
-  static constexpr int N = Tiles<D>::stream;
+  static constexpr int N = P::N;
   bf16 *Ks, *Vs;         // two buffers each
   const Rows &k, &v;     // __grid_constant__ parameters
   int64_t H, hi;
   int tiles;
   __device__ KeyStream(bf16* shared, const Rows& k, const Rows& v, const kernels::AttentionLayout& at, int64_t hi,
                        int64_t q0, bool causal)
-      : Ks(shared), Vs(shared + 2 * Tiles<D>::tile), k(k), v(v), H(at.H), hi(hi) {
+      : Ks(shared), Vs(shared + 2 * P::tile), k(k), v(v), H(at.H), hi(hi) {
     const int64_t end = causal ? std::min(q0 + kRows, at.Tk) : at.Tk;
     tiles = static_cast<int>((end + N - 1) / N);
   }
   __device__ void load(int j) {
-    load_tile<D>(Ks + (j % 2) * Tiles<D>::tile, k, H, hi, int64_t{j} * N, N);
-    load_tile<D>(Vs + (j % 2) * Tiles<D>::tile, v, H, hi, int64_t{j} * N, N);
+    P::load(Ks + (j % 2) * P::tile, k, H, hi, int64_t{j} * N, N);
+    P::load(Vs + (j % 2) * P::tile, v, H, hi, int64_t{j} * N, N);
   }
   // The first tile's copies join the caller's group (it commits them with its own).
   __device__ void start() {
@@ -313,11 +492,20 @@ struct KeyStream {
     } else {
       wait_groups<0>();
     }
+    P::landed();
     __syncthreads();
   }
-  __device__ const bf16* K(int j) const { return Ks + (j % 2) * Tiles<D>::tile; }
-  __device__ const bf16* V(int j) const { return Vs + (j % 2) * Tiles<D>::tile; }
+  __device__ const bf16* K(int j) const { return Ks + (j % 2) * P::tile; }
+  __device__ const bf16* V(int j) const { return Vs + (j % 2) * P::tile; }
 };
+
+// The kernel's dynamic shared memory, its start rounded up to P::align bytes (the launchers ask
+// for P::align - 16 bytes more).
+template <class P>
+__device__ inline bf16* shared_tiles(uint4* shared) {
+  const uint32_t skip = (P::align - shared_address(shared) % P::align) % P::align;
+  return reinterpret_cast<bf16*>(reinterpret_cast<char*>(shared) + skip);
+}
 
 // ----------------------------------------------------------------------------
 // the packed copies
@@ -388,18 +576,17 @@ __global__ void pack_dout_kernel(const X* out, const X* dout, const kernels::Att
 
 // out (rows of at.out, dv columns) and lse (heads, Tq) from q, k and v as Rows: a block per head
 // and 64 queries.
-template <int D, class X>
-__global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
+template <class P, class X>
+__global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
     forward_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v, X* out, float* lse, const kernels::AttentionLayout at,
                    bool causal, float scale, int64_t tiles) {
-  using S = Tiles<D>;
-  constexpr int N = S::stream;
+  constexpr int D = P::D, N = P::N;
   extern __shared__ uint4 shared16[];
-  bf16* Qs = reinterpret_cast<bf16*>(shared16);
+  bf16* Qs = shared_tiles<P>(shared16);
   const TileOf tile = tile_of(tiles, causal, kRows);
   const int64_t hi = tile.head, q0 = tile.first;
-  KeyStream<D> keys(Qs + S::own, k, v, at, hi, q0, causal);
-  load_tile<D>(Qs, q, at.H, hi, q0, kRows);
+  KeyStream<P> keys(Qs + P::own, k, v, at, hi, q0, causal);
+  P::load(Qs, q, at.H, hi, q0, kRows);
   keys.start();
   commit();
 
@@ -413,8 +600,7 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
   for (int j = 0; j < keys.tiles; ++j) {
     keys.wait(j);
     float s[N / 8][4];
-    zero(s);
-    product_xyt<D, N>(s, Qs, r0, keys.K(j));
+    P::scores(s, Qs, r0, keys.K(j));
     const int64_t k0 = int64_t{j} * N;
     const bool masks = k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0);
     float mx[2] = {-INFINITY, -INFINITY};
@@ -447,7 +633,7 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
         o[n][2 * h + 1] *= alpha;
       }
     }
-    product_pz<D, N>(o, s, keys.V(j));
+    P::pz(o, s, keys.V(j));
     __syncthreads();  // the buffer is refilled next
   }
   float factor[2];
@@ -482,34 +668,33 @@ __device__ inline float delta_at(const float* delta, int64_t hi, int64_t Tq, int
 
 // dk, dv (rows of at.dk, at.dv_) from the packed q, k, v, dout and delta: a block per head and 64
 // keys, the query tiles streaming.
-template <int D, class X>
-__global__ void __launch_bounds__(kThreads, Tiles<D>::dkdv_blocks)
+template <class P, class X>
+__global__ void __launch_bounds__(kThreads, Tiles<P::D>::dkdv_blocks)
     dkdv_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v,
                 const __grid_constant__ Rows dout, const float* lse, const float* delta,
                 X* dk, X* dv, const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
-  using S = Tiles<D>;
-  constexpr int N = S::stream;
+  constexpr int D = P::D, N = P::N;
   extern __shared__ uint4 shared16[];
-  bf16* Ks = reinterpret_cast<bf16*>(shared16);
-  bf16* Vs = Ks + S::own;
-  bf16* Qs = Vs + S::own;  // two buffers each
-  bf16* Gs = Qs + 2 * S::tile;
-  float* stats = reinterpret_cast<float*>(Gs + 2 * S::tile);  // two buffers of (lse2, delta) for N rows
+  bf16* Ks = shared_tiles<P>(shared16);
+  bf16* Vs = Ks + P::own;
+  bf16* Qs = Vs + P::own;  // two buffers each
+  bf16* Gs = Qs + 2 * P::tile;
+  float* stats = reinterpret_cast<float*>(Gs + 2 * P::tile);  // two buffers of (lse2, delta) for N rows
   const TileOf tile = tile_of(tiles, false, kRows);  // causal key tiles are longest first at the low end
   const int64_t hi = tile.head, k0 = tile.first;
   const int64_t first_q = causal ? k0 / N * N : 0;
   const int query_tiles = static_cast<int>((at.Tq - first_q + N - 1) / N);
   auto load_queries = [&](int i, int buffer) {
     const int64_t t0 = first_q + int64_t{i} * N;
-    load_tile<D>(Qs + buffer * S::tile, q, at.H, hi, t0, N);
-    load_tile<D>(Gs + buffer * S::tile, dout, at.H, hi, t0, N);
+    P::load(Qs + buffer * P::tile, q, at.H, hi, t0, N);
+    P::load(Gs + buffer * P::tile, dout, at.H, hi, t0, N);
     for (int r = threadIdx.x; r < N; r += kThreads) {
       stats[buffer * 2 * N + r] = lse2_at(lse, hi, at.Tq, t0 + r);
       stats[buffer * 2 * N + N + r] = delta_at(delta, hi, at.Tq, t0 + r);
     }
   };
-  load_tile<D>(Ks, k, at.H, hi, k0, kRows);
-  load_tile<D>(Vs, v, at.H, hi, k0, kRows);
+  P::load(Ks, k, at.H, hi, k0, kRows);
+  P::load(Vs, v, at.H, hi, k0, kRows);
   if (query_tiles > 0) load_queries(0, 0);
   commit();
 
@@ -529,16 +714,16 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::dkdv_blocks)
     } else {
       wait_groups<0>();
     }
+    P::landed();
     __syncthreads();
-    const bf16* Qi = Qs + buffer * S::tile;
-    const bf16* Gi = Gs + buffer * S::tile;
+    const bf16* Qi = Qs + buffer * P::tile;
+    const bf16* Gi = Gs + buffer * P::tile;
     const float* lse2 = stats + buffer * 2 * N;
     const float* dlt = lse2 + N;
     const int64_t t0 = first_q + int64_t{i} * N;
     // P^T (16 keys, N queries)
     float p[N / 8][4];
-    zero(p);
-    product_xyt<D, N>(p, Ks, r0, Qi);
+    P::scores(p, Ks, r0, Qi);
     const bool masks = causal && k0 + r0 + 15 > t0;
 #pragma unroll
     for (int n = 0; n < N / 8; ++n)
@@ -550,15 +735,14 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::dkdv_blocks)
       }
     uint32_t pb[N / 16][4];  // P^T in bf16, as it enters both products: fewer registers than f32
     to_fragments<N>(pb, p);
-    product_az<D, N>(dv_acc, pb, Gi);  // dV += P^T dO
+    P::az(dv_acc, pb, Gi);  // dV += P^T dO
     float ds[N / 8][4];
-    zero(ds);
-    product_xyt<D, N>(ds, Vs, r0, Gi);  // dP^T = V dO^T
+    P::scores(ds, Vs, r0, Gi);  // dP^T = V dO^T
 #pragma unroll
     for (int n = 0; n < N / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) ds[n][e] = element<N>(pb, n, e) * (ds[n][e] - dlt[8 * n + 2 * t + e % 2]);
-    product_pz<D, N>(dk_acc, ds, Qi);  // dK += dS^T Q
+    P::pz(dk_acc, ds, Qi);  // dK += dS^T Q
     __syncthreads();
   }
   store_rows<D>(dk_acc, scale, dk, at.dk, at.H, hi, k0, at.Tk, static_cast<int>(at.d));
@@ -567,21 +751,20 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::dkdv_blocks)
 
 // dq (rows of at.dq) from the packed q, k, v, dout and delta: a block per head and 64 queries, the
 // key tiles streaming.
-template <int D, class X>
-__global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
+template <class P, class X>
+__global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
     dq_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v,
               const __grid_constant__ Rows dout, const float* lse, const float* delta,
               X* dq, const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
-  using S = Tiles<D>;
-  constexpr int N = S::stream;
+  constexpr int D = P::D, N = P::N;
   extern __shared__ uint4 shared16[];
-  bf16* Qs = reinterpret_cast<bf16*>(shared16);
-  bf16* Gs = Qs + S::own;
+  bf16* Qs = shared_tiles<P>(shared16);
+  bf16* Gs = Qs + P::own;
   const TileOf tile = tile_of(tiles, causal, kRows);
   const int64_t hi = tile.head, q0 = tile.first;
-  KeyStream<D> keys(Gs + S::own, k, v, at, hi, q0, causal);
-  load_tile<D>(Qs, q, at.H, hi, q0, kRows);
-  load_tile<D>(Gs, dout, at.H, hi, q0, kRows);
+  KeyStream<P> keys(Gs + P::own, k, v, at, hi, q0, causal);
+  P::load(Qs, q, at.H, hi, q0, kRows);
+  P::load(Gs, dout, at.H, hi, q0, kRows);
   keys.start();
   commit();
 
@@ -597,8 +780,7 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
     keys.wait(j);
     const int64_t k0 = int64_t{j} * N;
     float p[N / 8][4];
-    zero(p);
-    product_xyt<D, N>(p, Qs, r0, keys.K(j));  // S
+    P::scores(p, Qs, r0, keys.K(j));  // S
     const bool masks = k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0);
 #pragma unroll
     for (int n = 0; n < N / 8; ++n)
@@ -612,16 +794,50 @@ __global__ void __launch_bounds__(kThreads, Tiles<D>::blocks)
     uint32_t pb[N / 16][4];  // P in bf16, as the dK/dV kernel uses it
     to_fragments<N>(pb, p);
     float ds[N / 8][4];
-    zero(ds);
-    product_xyt<D, N>(ds, Gs, r0, keys.V(j));  // dP = dO V^T
+    P::scores(ds, Gs, r0, keys.V(j));  // dP = dO V^T
 #pragma unroll
     for (int n = 0; n < N / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) ds[n][e] = element<N>(pb, n, e) * (ds[n][e] - dlt[e / 2]);
-    product_pz<D, N>(dq_acc, ds, keys.K(j));  // dQ += dS K
+    P::pz(dq_acc, ds, keys.K(j));  // dQ += dS K
     __syncthreads();
   }
   store_rows<D>(dq_acc, scale, dq, at.dq, at.H, hi, q0, at.Tq, static_cast<int>(at.d));
+}
+
+// ----------------------------------------------------------------------------
+// a probe of the Wgmma policy's layouts (attention_wgmma_probe): a and b (64, 64) bf16 row-major;
+// c1 = a b^T through scores (both operands K-major), c2 = a b through pz (a entering as the
+// accumulator it would be, b N-major), each stored from the accumulator layout.
+__global__ void __launch_bounds__(kThreads) wgmma_probe_kernel(const bf16* a, const bf16* b, float* c1, float* c2) {
+  extern __shared__ uint4 shared16[];
+  bf16* As = shared_tiles<Wgmma>(shared16);
+  bf16* Bs = As + Wgmma::tile;
+  const Rows ra{a, kernels::HeadRows{0, 0, 0, 64}, 64, 64}, rb{b, kernels::HeadRows{0, 0, 0, 64}, 64, 64};
+  Wgmma::load(As, ra, 1, 0, 0, 64);
+  Wgmma::load(Bs, rb, 1, 0, 0, 64);
+  commit();
+  wait_groups<0>();
+  Wgmma::landed();
+  __syncthreads();
+  const int g = lane() / 4, t = lane() % 4;
+  auto cell = [&](int n, int e) { return (16 * warp() + g + 8 * (e / 2)) * 64 + 8 * n + 2 * t + e % 2; };
+  float s[8][4];
+  Wgmma::scores(s, As, 16 * warp(), Bs);
+  float p[8][4], o[8][4];
+  zero(o);
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      c1[cell(n, e)] = s[n][e];
+      p[n][e] = __bfloat162float(a[cell(n, e)]);
+    }
+  Wgmma::pz(o, p, Bs);
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c2[cell(n, e)] = o[n][e];
 }
 
 // ----------------------------------------------------------------------------
@@ -685,25 +901,26 @@ struct Operands {
   }
 };
 
-template <int D, class X>
+template <class P, class X>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at, bool causal,
              float scale, Tensor& out, Tensor& lse) {
-  const Operands o = Operands::of<X>(q, k, v, at, D);
+  const Operands o = Operands::of<X>(q, k, v, at, P::D);
   int64_t tiles = 0;
   const unsigned grid = grid_of(at.B * at.H, at.Tq, &tiles);
-  const size_t bytes = sizeof(bf16) * (Tiles<D>::own + 4 * Tiles<D>::tile);
-  allow_shared(forward_kernel<D, X>, bytes);
-  forward_kernel<D, X><<<grid, kThreads, bytes, stream_for(q)>>>(o.q, o.k, o.v, mdata<X>(out), mdata<float>(lse), at,
+  const size_t bytes = sizeof(bf16) * (P::own + 4 * P::tile) + (P::align - 16);
+  allow_shared(forward_kernel<P, X>, bytes);
+  forward_kernel<P, X><<<grid, kThreads, bytes, stream_for(q)>>>(o.q, o.k, o.v, mdata<X>(out), mdata<float>(lse), at,
                                                                  causal, scale, tiles);
   TG_CUDA_CHECK_LAUNCH();
 }
 
-template <int D, class X>
+template <class P, class X>
 void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
               const Tensor& lse, const kernels::AttentionLayout& at, bool causal, float scale, Tensor& dq, Tensor& dk,
               Tensor& dv) {
   const cudaStream_t stream = stream_for(q);
   const int64_t heads = at.B * at.H, Tqp = padded(at.Tq);
+  constexpr int D = P::D;
   Operands o = Operands::of<X>(q, k, v, at, D);
   // dout (sharing out's layout): where it lies when it can be read so (then only delta is made),
   // else packed with delta
@@ -717,46 +934,83 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   TG_CUDA_CHECK_LAUNCH();
   int64_t key_tiles = 0, query_tiles = 0;
   const unsigned key_grid = grid_of(heads, at.Tk, &key_tiles), query_grid = grid_of(heads, at.Tq, &query_tiles);
-  const size_t dkdv_bytes = sizeof(bf16) * (2 * Tiles<D>::own + 4 * Tiles<D>::tile) + sizeof(float) * 4 * Tiles<D>::stream;
-  allow_shared(dkdv_kernel<D, X>, dkdv_bytes);
+  const size_t dkdv_bytes = sizeof(bf16) * (2 * P::own + 4 * P::tile) + sizeof(float) * 4 * P::N + (P::align - 16);
+  allow_shared(dkdv_kernel<P, X>, dkdv_bytes);
   if (key_grid > 0) {
-    dkdv_kernel<D, X><<<key_grid, kThreads, dkdv_bytes, stream>>>(o.q, o.k, o.v, g, cdata<float>(lse),
+    dkdv_kernel<P, X><<<key_grid, kThreads, dkdv_bytes, stream>>>(o.q, o.k, o.v, g, cdata<float>(lse),
                                                                   cdata<float>(delta), mdata<X>(dk), mdata<X>(dv), at,
                                                                   causal, scale, key_tiles);
     TG_CUDA_CHECK_LAUNCH();
   }
-  const size_t dq_bytes = sizeof(bf16) * (2 * Tiles<D>::own + 4 * Tiles<D>::tile);
-  allow_shared(dq_kernel<D, X>, dq_bytes);
+  const size_t dq_bytes = sizeof(bf16) * (2 * P::own + 4 * P::tile) + (P::align - 16);
+  allow_shared(dq_kernel<P, X>, dq_bytes);
   if (query_grid > 0) {
-    dq_kernel<D, X><<<query_grid, kThreads, dq_bytes, stream>>>(o.q, o.k, o.v, g, cdata<float>(lse), cdata<float>(delta),
+    dq_kernel<P, X><<<query_grid, kThreads, dq_bytes, stream>>>(o.q, o.k, o.v, g, cdata<float>(lse), cdata<float>(delta),
                                                                 mdata<X>(dq), at, causal, scale, query_tiles);
     TG_CUDA_CHECK_LAUNCH();
   }
 }
 
-// f(D, X) for D = 64 or 128 and X the operands' storage (f32, bf16)
+std::atomic<bool> g_wgmma{true};
+
+// Compute capability 9.0 (H100, H200): the devices the sm_90a code runs on, per device index.
+bool hopper(int device) {
+  static std::array<std::atomic<int>, 64> known{};  // 0 unknown, 1 no, 2 yes
+  if (device < 0 || device >= static_cast<int>(known.size())) return false;
+  int v = known[static_cast<size_t>(device)].load();
+  if (v == 0) {
+    int major = 0, minor = 0;
+    TG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    TG_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    v = major == 9 && minor == 0 ? 2 : 1;
+    known[static_cast<size_t>(device)].store(v);
+  }
+  return v == 2;
+}
+
+// f(P, X) for P the products' policy (Wgmma on Hopper at D = 64, unless switched off; else
+// MmaSync<D>, D = 64 or 128) and X the operands' storage (f32, bf16)
 template <class F>
-void dispatch(int D, DType x, F&& f) {
-  auto with_d = [&]<class X>() {
-    if (D == 64) f.template operator()<64, X>();
-    else f.template operator()<128, X>();
+void dispatch(int D, const Tensor& q, F&& f) {
+  auto with_p = [&]<class X>() {
+    if (D == 64 && g_wgmma.load() && hopper(q.device().index)) f.template operator()<Wgmma, X>();
+    else if (D == 64) f.template operator()<MmaSync<64>, X>();
+    else f.template operator()<MmaSync<128>, X>();
   };
-  if (x == DType::bf16) with_d.template operator()<bf16>();
-  else with_d.template operator()<float>();
+  if (q.dtype() == DType::bf16) with_p.template operator()<bf16>();
+  else with_p.template operator()<float>();
 }
 
 }  // namespace
 
+void set_attention_wgmma(bool use) { g_wgmma.store(use); }
+bool attention_wgmma() { return g_wgmma.load(); }
+bool attention_wgmma_available(int device) { return hopper(device); }
+
+void attention_wgmma_probe(const Tensor& a, const Tensor& b, Tensor& c1, Tensor& c2) {
+  if (!hopper(a.device().index)) throw Error("[wgmma probe] needs a device of compute capability 9.0");
+  for (const Tensor* t : {&a, &b})
+    if (t->shape() != Shape{64, 64} || t->dtype() != DType::bf16)
+      throw Error("[wgmma probe] takes (64, 64) bf16, not " + t->shape().str() + " " + dtype_name(t->dtype()));
+  c1 = Tensor::empty(Shape{64, 64}, DType::f32, a.device());
+  c2 = Tensor::empty(Shape{64, 64}, DType::f32, a.device());
+  const size_t bytes = sizeof(bf16) * 2 * Wgmma::tile + (Wgmma::align - 16);
+  allow_shared(wgmma_probe_kernel, bytes);
+  wgmma_probe_kernel<<<1, kThreads, bytes, stream_for(a)>>>(cdata<bf16>(a), cdata<bf16>(b), mdata<float>(c1),
+                                                           mdata<float>(c2));
+  TG_CUDA_CHECK_LAUNCH();
+}
+
 void flash_bf16_forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at, int D,
                         bool causal, double scale, Tensor& out, Tensor& lse) {
-  dispatch(D, q.dtype(), [&]<int kD, class X>() { forward<kD, X>(q, k, v, at, causal, static_cast<float>(scale), out, lse); });
+  dispatch(D, q, [&]<class P, class X>() { forward<P, X>(q, k, v, at, causal, static_cast<float>(scale), out, lse); });
 }
 
 void flash_bf16_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
                          const Tensor& lse, const kernels::AttentionLayout& at, int D, bool causal, double scale,
                          Tensor& dq, Tensor& dk, Tensor& dv) {
-  dispatch(D, q.dtype(), [&]<int kD, class X>() {
-    backward<kD, X>(q, k, v, out, dout, lse, at, causal, static_cast<float>(scale), dq, dk, dv);
+  dispatch(D, q, [&]<class P, class X>() {
+    backward<P, X>(q, k, v, out, dout, lse, at, causal, static_cast<float>(scale), dq, dk, dv);
   });
 }
 

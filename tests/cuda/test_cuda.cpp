@@ -23,6 +23,7 @@
 #include <random>
 
 #include "tapegrad/cuda/cuda.hpp"
+#include "tapegrad/cuda/cuda_kernels.hpp"
 #include "tapegrad/cuda/exact_sum.cuh"
 #include "tapegrad/graph/graph.hpp"
 #include "messages.hpp"
@@ -1056,6 +1057,102 @@ TEST_CASE("[gpu] qkv_attention under autocast: bf16 products within bf16's reach
       MESSAGE(what << parts[i] << ": |bf16 - f32| / |f32| = " << std::sqrt(diff / norm));
       check_close(f32[i], bf16[i], 2e-2, what + parts[i] + ": bf16 products against f32");
       CHECK_MESSAGE(a != b, what << parts[i] << ": the bf16 products gave the f32 kernels' bits (not taken?)");
+    }
+  }
+}
+
+// Note [wgmma attention]: the same products through wgmma as through mma.sync, so the two agree up
+// to the order of f32 sums (and a bf16 rounding of P or dS that such an order may flip); a wrong
+// descriptor or layout would be off by O(1). Both operand paths: f32 qkv (packed copies) and bf16
+// qkv read where it lies.
+// The wgmma policy's layouts alone, on small integers (exact in bf16, their sums exact in f32): a
+// wrong swizzle, descriptor or fragment layout shows as cells holding another cell's value, and
+// the test names where each wrong cell's value belongs.
+TEST_CASE("[gpu] wgmma probe: a b^T and a b through the attention's Wgmma policy, exactly") {
+  if (!cuda::attention_wgmma_available(0)) {
+    MESSAGE("SKIP: cuda:0 is not compute capability 9.0, so the wgmma kernels do not run here");
+    return;
+  }
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> small(-4, 4);
+  std::vector<double> av(64 * 64), bv(64 * 64);
+  for (double& x : av) x = small(rng);
+  for (double& x : bv) x = small(rng);
+  const Tensor a = Tensor::from_doubles(av, Shape{64, 64}, DType::bf16), b = Tensor::from_doubles(bv, Shape{64, 64}, DType::bf16);
+  Tensor c1, c2;
+  cuda::attention_wgmma_probe(a.to(kGpu), b.to(kGpu), c1, c2);
+  const std::vector<double> got1 = c1.to(kCpu).to_doubles(), got2 = c2.to(kCpu).to_doubles();
+  std::vector<double> abt(64 * 64, 0.0), ab(64 * 64, 0.0);
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 64; ++j)
+      for (int k = 0; k < 64; ++k) {
+        abt[i * 64 + j] += av[i * 64 + k] * bv[j * 64 + k];
+        ab[i * 64 + j] += av[i * 64 + k] * bv[k * 64 + j];
+      }
+  auto report = [](const char* what, const std::vector<double>& want, const std::vector<double>& got) {
+    int wrong = 0;
+    for (int c = 0; c < 64 * 64; ++c) {
+      if (want[c] == got[c]) continue;
+      if (++wrong > 8) continue;
+      std::string from;
+      for (int d = 0; d < 64 * 64 && from.size() < 60; ++d)
+        if (want[d] == got[c]) from += " (" + std::to_string(d / 64) + ", " + std::to_string(d % 64) + ")";
+      MESSAGE(what << ": cell (" << c / 64 << ", " << c % 64 << ") is " << got[c] << ", not " << want[c]
+                   << "; that value is at" << (from.empty() ? " no cell" : from));
+    }
+    CHECK_MESSAGE(wrong == 0, what << ": " << wrong << " of 4096 cells wrong");
+  };
+  report("a b^T (scores)", abt, got1);
+  report("a b (pz)", ab, got2);
+}
+
+TEST_CASE("[gpu] the attention's wgmma kernels (Hopper) against its mma.sync kernels, forward and backward") {
+  if (!cuda::attention_wgmma_available(0)) {
+    MESSAGE("SKIP: cuda:0 is not compute capability 9.0, so the wgmma kernels do not run here");
+    return;
+  }
+  struct Size {
+    int64_t b, t, h, d;
+    bool causal;
+  };
+  for (const Size& s : {Size{2, 300, 3, 64, true}, Size{1, 130, 2, 64, false}, Size{1, 65, 3, 7, true},
+                        Size{2, 256, 6, 64, true}, Size{1, 1024, 2, 64, true}, Size{1, 100, 2, 40, false}}) {
+    for (bool bf16_qkv : {false, true}) {
+      const int64_t C = s.h * s.d;
+      const std::string what = "(B " + std::to_string(s.b) + ", T " + std::to_string(s.t) + ", H " + std::to_string(s.h) +
+                               ", d " + std::to_string(s.d) + ")" + (s.causal ? " causal" : "") +
+                               (bf16_qkv ? ", bf16 qkv" : ", f32 qkv");
+      const Tensor x = random({s.b, s.t, 3 * C}, DType::f32, -1, 1), r = random({s.b, s.t, C}, DType::f32, -1, 1);
+      auto run = [&](bool wgmma) {
+        cuda::set_attention_wgmma(wgmma);
+        Graph g;
+        Var qkv = g.parameter(x.to(kGpu));
+        Var y;
+        {
+          ops::Autocast scope(DType::bf16);
+          y = ops::qkv_attention(bf16_qkv ? ops::to(qkv, DType::bf16) : qkv, s.h, s.causal);
+        }
+        g.backward(ops::sum(ops::mul(ops::to(y, DType::f32), g.input(r.to(kGpu)))));
+        cuda::set_attention_wgmma(true);
+        return std::vector<Tensor>{ops::to(y, DType::f32).value().to(kCpu), qkv.grad().to(kCpu)};
+      };
+      const std::vector<Tensor> mma = run(false), wg = run(true), again = run(true);
+      const std::string parts[] = {" forward", " d qkv"};
+      for (size_t i = 0; i < 2; ++i) {
+        check_bits(wg[i], again[i], what + parts[i] + ": wgmma, two runs");
+        const std::vector<double> a = mma[i].to_doubles(), b = wg[i].to_doubles();
+        double diff = 0.0, norm = 0.0, worst = 0.0;
+        size_t same = 0, worst_at = 0;
+        for (size_t j = 0; j < a.size(); ++j) {
+          diff += (a[j] - b[j]) * (a[j] - b[j]), norm += a[j] * a[j];
+          same += a[j] == b[j];
+          if (std::abs(a[j] - b[j]) > worst) worst = std::abs(a[j] - b[j]), worst_at = j;
+        }
+        MESSAGE(what << parts[i] << ": |wgmma - mma| / |mma| = " << std::sqrt(diff / norm) << ", " << same << " of "
+                     << a.size() << " the same, the largest difference " << worst << " at " << worst_at << " ("
+                     << a[worst_at] << " against " << b[worst_at] << ")");
+        CHECK_MESSAGE(std::sqrt(diff / norm) < 2e-3, what << parts[i] << ": wgmma against mma.sync");
+      }
     }
   }
 }
