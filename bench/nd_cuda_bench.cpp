@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tapegrad/cuda/cuda.hpp"
+#include "tapegrad/cuda/cuda_kernels.hpp"
 #include "tapegrad/kernels/kernels.hpp"
 #include "tapegrad/tensor/backend.hpp"
 
@@ -75,5 +76,20 @@ int main(int argc, char** argv) {
   report("transpose (strided copy)", median_ms([&] {
            kernels::copy_strided(a, kernels::permuted_view(s, {1, 0}), t, kernels::contiguous_view(Shape{cols, rows}));
          }), 2 * bytes);
+  // the fused head's loss rows at GPT-2's sizes: one block of 4096 rows of V = 50304 bf16 logits,
+  // the losses and a bf16 dz; the row kept in shared memory between the kernel's reads, or read twice
+  {
+    const int64_t ce_rows = 4096, vocab = 50304;
+    Tensor z = Tensor::zeros(Shape{ce_rows, vocab}, DType::bf16, dev), dz = Tensor::zeros(Shape{ce_rows, vocab}, DType::bf16, dev);
+    Tensor ids = Tensor::zeros(Shape{ce_rows}, DType::i32, dev), losses = Tensor::zeros(Shape{ce_rows}, DType::f32, dev);
+    Tensor count = Tensor::zeros(Shape{}, DType::f32, dev);
+    const double ce_bytes = 2.0 * static_cast<double>(ce_rows * vocab) * 2;  // z read once, dz written
+    for (bool keep : {true, false}) {
+      cuda::set_cross_entropy_kept_rows(keep);
+      report(keep ? "cross_entropy_rows (4096, 50304) bf16, kept" : "cross_entropy_rows (4096, 50304) bf16, twice",
+             median_ms([&] { kernels::cross_entropy_rows(z, ids, -100, losses, count, dz); }), ce_bytes);
+    }
+    cuda::set_cross_entropy_kept_rows(true);
+  }
   return 0;
 }

@@ -40,6 +40,10 @@ void flash_bf16_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
                          const Tensor& lse, const kernels::AttentionLayout& at, int D, bool causal, double scale,
                          Tensor& dq, Tensor& dk, Tensor& dv);
 
+// cross_entropy_rows keeps a long row in shared memory between its two reads (kKeep in
+// log_softmax.cu) unless this is switched off (tests and benchmarks compare the two: same bits).
+void set_cross_entropy_kept_rows(bool keep);
+
 // Note [wgmma attention]'s layouts alone (tests): a, b (64, 64) bf16 -> c1 = a b^T, c2 = a b, f32,
 // through the Wgmma policy's scores and pz; compute capability 9.0 only.
 void attention_wgmma_probe(const Tensor& a, const Tensor& b, Tensor& c1, Tensor& c2);

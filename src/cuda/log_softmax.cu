@@ -3,6 +3,8 @@
 // row for short rows). The row
 // sums run over the block's threads and a fixed tree, so they are deterministic, but not in the
 // CPU's left-to-right order: results agree with the CPU's to rounding.
+#include <atomic>
+
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
 #include "tapegrad/kernels/bf16.hpp"
@@ -202,13 +204,29 @@ template <class Z>
 __device__ inline bool by_fours(const Z* x, int64_t v) {
   return sizeof(Z) <= 4 && v % 4 == 0 && reinterpret_cast<uintptr_t>(x) % (4 * sizeof(Z)) == 0;
 }
-// Logits [4j, 4j + 4) of a row, as f32: one 16-byte (f32) or 8-byte (bf16) load.
-__device__ inline float4 load_four(const float* x, int64_t j) { return reinterpret_cast<const float4*>(x)[j]; }
-__device__ inline float4 load_four(const kernels::bf16* x, int64_t j) {
-  const uint2 u = reinterpret_cast<const uint2*>(x)[j];
+// Four logits as stored (16 bytes of f32, 8 of bf16), and as f32.
+template <class Z>
+struct Four;
+template <>
+struct Four<float> {
+  using type = float4;
+};
+template <>
+struct Four<kernels::bf16> {
+  using type = uint2;
+};
+template <class Z>
+using four_t = typename Four<Z>::type;
+__device__ inline float4 widen(float4 x) { return x; }
+__device__ inline float4 widen(uint2 u) {
   return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
                      __uint_as_float(u.y & 0xffff0000u));
 }
+// Logits [4j, 4j + 4) of a row: one 16-byte (f32) or 8-byte (bf16) load.
+template <class Z>
+__device__ inline four_t<Z> load_raw(const Z* x, int64_t j) { return reinterpret_cast<const four_t<Z>*>(x)[j]; }
+template <class Z>
+__device__ inline float4 load_four(const Z* x, int64_t j) { return widen(load_raw(x, j)); }
 
 // dz[j..j+4) from four logits, stored as one 8-byte (bf16) or 16-byte (f32) write.
 template <class T, class G>
@@ -231,12 +249,18 @@ __device__ inline void store_four(G* dz, int64_t j, const float4& x, T top, T lo
 // write dz. f32 and bf16 rows whose length is a multiple of 4 go four logits a load, two loads in
 // flight a thread, a thread's sum in f32 (MaxSumF); other rows one logit at a time, in double.
 // Z: the logits' storage; T: the arithmetic's and the losses' (f32 for bf16 logits).
+// kKeep (a block a row, dz wanted, the row in at most kKeptRowBytes): the first read also keeps
+// the row in shared memory, and the second reads it there, so the logits leave device memory once
+// (a GPT-2 head's rows are 100 KB of bf16). Each thread reads back only the logits it kept, so
+// no barrier is needed, and the sums see the values in the same order: the same bits.
 constexpr int kCeBlock = 512;
-template <class Z, class T, class G, class I, int R, int K>
+constexpr int64_t kKeptRowBytes = 112 << 10;  // two blocks a multiprocessor
+template <class Z, class T, class G, class I, int R, int K, bool kKeep = false>
 __global__ void __launch_bounds__(K)
     cross_entropy_rows_kernel(const Z* z, const I* targets, int64_t ignore_index, T* losses, G* d,
                               unsigned long long* count, int64_t n, int64_t v, ErrorSite site) {
   __shared__ MaxSum parts[K / 32];
+  extern __shared__ uint4 kept_row[];  // kKeep: the row, v logits
   const int lane = static_cast<int>(threadIdx.x % R);
   const int64_t i = blockIdx.x * int64_t{K / R} + threadIdx.x / R;
   if (i >= n) return;  // a whole group leaves together (R = 32), or none does (R = K)
@@ -259,9 +283,19 @@ __global__ void __launch_bounds__(K)
     if (fours) {  // f32 arithmetic (MaxSumF)
       const int64_t v4 = v / 4;
       MaxSumF f;
+      [[maybe_unused]] four_t<Z>* kept = reinterpret_cast<four_t<Z>*>(kept_row);
       for (int64_t j = lane; j < v4; j += 2 * R) {
-        const float4 a = load_four(x, j),
-                     b = j + R < v4 ? load_four(x, j + R) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+        const bool second = j + R < v4;
+        const four_t<Z> ra = load_raw(x, j);
+        four_t<Z> rb{};
+        if (second) rb = load_raw(x, j + R);
+        if constexpr (kKeep) {
+          if (dz) {
+            kept[j] = ra;
+            if (second) kept[j + R] = rb;
+          }
+        }
+        const float4 a = widen(ra), b = second ? widen(rb) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
         const float vals[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
         add_values(f, vals);
       }
@@ -289,10 +323,12 @@ __global__ void __launch_bounds__(K)
   if constexpr (kFours)
     if (fours) {
       const int64_t v4 = v / 4;
+      const four_t<Z>* kept = reinterpret_cast<const four_t<Z>*>(kept_row);
+      auto four = [&](int64_t j) { return kKeep ? widen(kept[j]) : load_four(x, j); };
       for (int64_t j = lane; j < v4; j += 2 * R) {
-        const float4 a = load_four(x, j);
+        const float4 a = four(j);
         if (j + R < v4) {
-          const float4 b = load_four(x, j + R);
+          const float4 b = four(j + R);
           store_four<T, G>(dz, 4 * (j + R), b, top, log_s, t);
         }
         store_four<T, G>(dz, 4 * j, a, top, log_s, t);
@@ -305,7 +341,24 @@ __global__ void __launch_bounds__(K)
   }
 }
 
+std::atomic<bool> g_keep_rows{true};
+
+// Whether a block-a-row launch keeps its row in shared memory (kKeep): dz wanted, f32 or bf16
+// rows that go four at a time, at most kKeptRowBytes, unless switched off.
+template <class Z, class G>
+bool keep_rows(const Tensor& z, const G* d, int64_t v) {
+  if constexpr (sizeof(Z) > 4) {
+    return false;
+  } else {
+    return g_keep_rows.load() && d && v % 4 == 0 && v * static_cast<int64_t>(sizeof(Z)) <= kKeptRowBytes &&
+           reinterpret_cast<uintptr_t>(z.raw_data()) % (4 * sizeof(Z)) == 0 &&
+           reinterpret_cast<uintptr_t>(d) % (4 * sizeof(G)) == 0;
+  }
+}
+
 }  // namespace
+
+void set_cross_entropy_kept_rows(bool keep) { g_keep_rows.store(keep); }
 
 void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_index, Tensor& losses, Tensor& count,
                         Tensor& dz) {
@@ -324,6 +377,12 @@ void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_i
           cross_entropy_rows_kernel<Z, T, G, I, 32, kCeBlock>
               <<<static_cast<unsigned>((n + rows - 1) / rows), kCeBlock, 0, ctx.stream>>>(
                   cdata<Z>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);
+        } else if (keep_rows<Z>(z, d, v)) {
+          const auto kernel = cross_entropy_rows_kernel<Z, T, G, I, kCeBlock, kCeBlock, true>;
+          const int bytes = static_cast<int>(v * static_cast<int64_t>(sizeof(Z)));
+          TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+          kernel<<<static_cast<unsigned>(n), kCeBlock, bytes, ctx.stream>>>(cdata<Z>(z), cdata<I>(targets), ignore_index,
+                                                                          mdata<T>(losses), d, c, n, v, site);
         } else {
           cross_entropy_rows_kernel<Z, T, G, I, kCeBlock, kCeBlock><<<static_cast<unsigned>(n), kCeBlock, 0, ctx.stream>>>(
               cdata<Z>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);

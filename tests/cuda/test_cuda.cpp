@@ -537,6 +537,37 @@ TEST_CASE("[gpu] cross_entropy_rows: losses, count and softmax - onehot against 
     }
 }
 
+// A long row kept in shared memory between the kernel's two reads (kKeep in log_softmax.cu) gives
+// the bits of the row read twice from device memory.
+TEST_CASE("[gpu] cross_entropy_rows: a row kept in shared memory, the bits of a row read twice") {
+  struct Case {
+    DType z, grad;
+    int64_t v;
+  };
+  for (const Case& c : {Case{DType::bf16, DType::bf16, 50304}, Case{DType::bf16, DType::f32, 1028},
+                        Case{DType::f32, DType::f32, 4096}, Case{DType::f32, DType::bf16, 28000}}) {
+    const int64_t n = 9;
+    const std::string what = std::string(name(c.z)) + " logits (" + std::to_string(n) + ", " + std::to_string(c.v) +
+                             "), dz " + name(c.grad);
+    std::vector<int64_t> targets;
+    for (int64_t i = 0; i < n; ++i) targets.push_back(i == 4 ? -100 : static_cast<int64_t>(rng() % static_cast<uint64_t>(c.v)));
+    Tensor z = Tensor::empty(Shape{n, c.v}, c.z);
+    kernels::cast(random(Shape{n, c.v}, DType::f32, -8.0, 8.0), z);
+    const Tensor zg = z.to(kGpu), ids = index_tensor(targets, DType::i32).to(kGpu);
+    auto run = [&](bool keep) {
+      cuda::set_cross_entropy_kept_rows(keep);
+      Tensor losses = Tensor::empty(Shape{n}, DType::f32, kGpu), count = Tensor::empty(Shape{}, DType::f32, kGpu);
+      Tensor dz = Tensor::empty(Shape{n, c.v}, c.grad, kGpu);
+      kernels::cross_entropy_rows(zg, ids, -100, losses, count, dz);
+      cuda::set_cross_entropy_kept_rows(true);
+      return std::vector<Tensor>{losses.to(kCpu), dz.to(kCpu)};
+    };
+    const std::vector<Tensor> kept = run(true), twice = run(false);
+    check_bits(kept[0], twice[0], what + ": losses");
+    check_bits(kept[1], twice[1], what + ": dz");
+  }
+}
+
 TEST_CASE("[gpu] optimizer updates") {
   for (DType t : kFloats) {
     std::vector<Tensor> args{random(Shape{3, 50}, t), random(Shape{3, 50}, t)};
