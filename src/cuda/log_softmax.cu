@@ -284,6 +284,7 @@ __global__ void __launch_bounds__(K)
       const int64_t v4 = v / 4;
       MaxSumF f;
       [[maybe_unused]] four_t<Z>* kept = reinterpret_cast<four_t<Z>*>(kept_row);
+#pragma unroll 2  // the next pair's loads issued before this pair's sums: four loads in flight
       for (int64_t j = lane; j < v4; j += 2 * R) {
         const bool second = j + R < v4;
         const four_t<Z> ra = load_raw(x, j);
