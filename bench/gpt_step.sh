@@ -51,7 +51,7 @@ fi
 timeout 300 "$gpt" train --config gpt2 --tokens random --device cuda --autocast bf16 --graph --steps 30 \
   > "$logs/gpt2_graph.log" 2>&1
 line "gpt2 124M, tapegrad bf16 --graph" "$(grep -q '^median' "$logs/gpt2_graph.log" && echo INFO || echo FAIL)" \
-  "$(grep '^median' "$logs/gpt2_graph.log" || tail -2 "$logs/gpt2_graph.log")"
+  "$(grep -E '^median|steps replayed' "$logs/gpt2_graph.log" | tr '\n' ' ' || tail -2 "$logs/gpt2_graph.log")"
 # GPT-2 + 3 value-embed planes (the issue's third row), --graph, sparse (the pull and SparseAdamW
 # after each replay) and dense
 for mode in "" --value-embeds-dense; do

@@ -35,6 +35,10 @@ else line "tiny, CUDA: 30 + resume to 60 = 60" FAIL "checkpoints differ (or a ru
 timeout 120 "$gpt" train --device cuda --steps 60 --graph --checkpoint "$w/c.ckpt" > "$logs/tiny_graph.log" 2>&1
 if cmp -s "$w/a.ckpt" "$w/c.ckpt"; then line "tiny, CUDA: 60 steps --graph = eager" PASS "same checkpoint bytes; $(grep '^median' "$logs/tiny_graph.log" | head -1)"
 else line "tiny, CUDA: 60 steps --graph = eager" FAIL "checkpoints differ (or the run failed: $logs/tiny_graph.log)"; fi
+# the replayed steps ask nothing of the driver's allocator or of the host
+if grep -q "steps replayed the captured graph: 0 cudaMalloc calls and 0 host fallbacks" "$logs/tiny_graph.log"
+then line "tiny, CUDA: replays allocate nothing" PASS "$(grep 'steps replayed' "$logs/tiny_graph.log")"
+else line "tiny, CUDA: replays allocate nothing" FAIL "$(grep 'steps replayed' "$logs/tiny_graph.log" || echo 'no count printed')"; fi
 # and with bf16 products and activations (Note [bf16 activations]): eager and --graph, the same bytes
 timeout 120 "$gpt" train --device cuda --steps 60 --autocast bf16 --checkpoint "$w/d.ckpt" > "$logs/tiny_bf16.log" 2>&1
 timeout 120 "$gpt" train --device cuda --steps 60 --autocast bf16 --graph --checkpoint "$w/e.ckpt" > "$logs/tiny_bf16_graph.log" 2>&1

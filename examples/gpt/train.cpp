@@ -481,8 +481,24 @@ int train(const TrainOptions& o) {
     return loss.value();
   };
   std::vector<double> step_ms;  // each step's wall time, its loss read back (a synchronization)
+  // --graph: what the steps that only replay (the capture made before them) ask of the driver and
+  // of the host: cudaMalloc calls and host fallbacks, both meant to be 0
+  struct Counts {
+    uint64_t mallocs = 0, fallbacks = 0;
+  };
+  auto counts = [&] {
+    Counts c{0, host_fallback_count()};
+#if TAPEGRAD_WITH_CUDA
+    if (device.is_cuda()) c.mallocs = cuda::allocator_stats(device.index).cuda_malloc_count;
+#endif
+    return c;
+  };
+  Counts in_replays;
+  int64_t replay_steps = 0;
   for (; step < o.steps;) {
     const auto step_start = std::chrono::steady_clock::now();
+    const bool replay_only = o.graph && captured != nullptr;
+    const Counts before = counts();
     const double lr = schedule.lr(step);
     adamw.set_lr(lr);
     if (sparse) sparse->set_lr(lr);
@@ -527,6 +543,12 @@ int train(const TrainOptions& o) {
     ++step;
 
     const double value = loss_value.item();
+    if (replay_only) {
+      const Counts after = counts();
+      in_replays.mallocs += after.mallocs - before.mallocs;
+      in_replays.fallbacks += after.fallbacks - before.fallbacks;
+      ++replay_steps;
+    }
     step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double done = static_cast<double>(step - first), left = static_cast<double>(o.steps - step);
@@ -566,6 +588,10 @@ int train(const TrainOptions& o) {
     std::printf("median step %.2f ms over steps 11 to %lld (%.0f tokens/s)%s\n", median, static_cast<long long>(step),
                 static_cast<double>(B * T) / median * 1e3, peak.c_str());
   }
+  if (replay_steps > 0)
+    std::printf("%lld steps replayed the captured graph: %llu cudaMalloc calls and %llu host fallbacks in them\n",
+                static_cast<long long>(replay_steps), static_cast<unsigned long long>(in_replays.mallocs),
+                static_cast<unsigned long long>(in_replays.fallbacks));
   if (first == o.steps) std::printf("%s is already at step %lld: nothing to train\n", o.checkpoint.c_str(),
                                     static_cast<long long>(step));
   if (!o.trace.empty()) {
