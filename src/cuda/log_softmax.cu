@@ -382,6 +382,7 @@ void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_i
           const auto kernel = cross_entropy_rows_kernel<Z, T, G, I, kCeBlock, kCeBlock, true>;
           const int bytes = static_cast<int>(v * static_cast<int64_t>(sizeof(Z)));
           TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+          TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));  // two fit
           kernel<<<static_cast<unsigned>(n), kCeBlock, bytes, ctx.stream>>>(cdata<Z>(z), cdata<I>(targets), ignore_index,
                                                                           mdata<T>(losses), d, c, n, v, site);
         } else {
