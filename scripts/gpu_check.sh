@@ -83,6 +83,11 @@ run() {
     note "test_cuda (chained launches $([[ $mode == 1 ]] && echo on || echo off))" \
       "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" "exit $rc; $summary ($((SECONDS - t0)) s)"
   done
+  # the wgmma attention against the mma.sync one (Note [wgmma attention]): their differences, shown
+  timeout 60 "$build/tests/cuda/test_cuda" -s --test-case='*wgmma*' > "$logs/wgmma.log" 2>&1
+  rc=$?
+  grep -E 'MESSAGE|SKIP|wrong|ERROR' "$logs/wgmma.log" | sed 's/^.*MESSAGE: //' | head -n 40
+  note "wgmma attention against mma.sync" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" "exit $rc; $logs/wgmma.log"
   # the suites of the normalisation ops and of the nn layers, on the device against the CPU
   local suite
   for suite in test_norm_cuda test_nn_cuda; do
