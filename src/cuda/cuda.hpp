@@ -45,9 +45,9 @@ void set_allow_tf32(bool allow);
 bool allow_tf32();
 
 // The bf16 attention's kernels (autocast) on Hopper (compute capability 9.0) at head sizes up to
-// 64: warpgroup products (wgmma) by default; set_attention_wgmma(false) runs the mma.sync kernels
-// the other devices and head sizes run (Note [wgmma attention] in flash_bf16.cu). Both give the
-// same values up to the order of the f32 sums.
+// 64: warpgroup products (wgmma) by default; set_attention_wgmma(false), or TAPEGRAD_ATTENTION_WGMMA=0
+// in the environment, runs the mma.sync kernels the other devices and head sizes run (Note [wgmma
+// attention] in flash_bf16.cu). Both give the same values up to the order of the f32 sums.
 void set_attention_wgmma(bool use);
 bool attention_wgmma();
 bool attention_wgmma_available(int device = 0);  // compute capability 9.0

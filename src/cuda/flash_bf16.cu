@@ -44,6 +44,7 @@
 #include <atomic>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <type_traits>
 
 #include "tapegrad/cuda/common.cuh"
@@ -951,7 +952,11 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   }
 }
 
-std::atomic<bool> g_wgmma{true};
+// On unless TAPEGRAD_ATTENTION_WGMMA=0 (a run's switch; tests and benchmarks use set_attention_wgmma).
+std::atomic<bool> g_wgmma{[] {
+  const char* env = std::getenv("TAPEGRAD_ATTENTION_WGMMA");
+  return !(env && env[0] == '0' && env[1] == '\0');
+}()};
 
 // Compute capability 9.0 (H100, H200): the devices the sm_90a code runs on, per device index.
 bool hopper(int device) {

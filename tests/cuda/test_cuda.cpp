@@ -1155,6 +1155,7 @@ TEST_CASE("[gpu] the attention's wgmma kernels (Hopper) against its mma.sync ker
                                (bf16_qkv ? ", bf16 qkv" : ", f32 qkv");
       const Tensor x = random({s.b, s.t, 3 * C}, DType::f32, -1, 1), r = random({s.b, s.t, C}, DType::f32, -1, 1);
       auto run = [&](bool wgmma) {
+        const bool was = cuda::attention_wgmma();
         cuda::set_attention_wgmma(wgmma);
         Graph g;
         Var qkv = g.parameter(x.to(kGpu));
@@ -1164,7 +1165,7 @@ TEST_CASE("[gpu] the attention's wgmma kernels (Hopper) against its mma.sync ker
           y = ops::qkv_attention(bf16_qkv ? ops::to(qkv, DType::bf16) : qkv, s.h, s.causal);
         }
         g.backward(ops::sum(ops::mul(ops::to(y, DType::f32), g.input(r.to(kGpu)))));
-        cuda::set_attention_wgmma(true);
+        cuda::set_attention_wgmma(was);
         return std::vector<Tensor>{ops::to(y, DType::f32).value().to(kCpu), qkv.grad().to(kCpu)};
       };
       const std::vector<Tensor> mma = run(false), wg = run(true), again = run(true);
