@@ -11,7 +11,8 @@
 //   steps multiples of 8); f32 operands, and any others, first go to packed bf16 scratch copies,
 //   (heads, Tp, D) with Tp the length rounded up to 64 and D = 64 or 128 the head size rounded up
 //   (pack_kernel, rounding to nearest). The backward first makes delta = rowsum(dO * O) in f32
-//   (pack_dout_kernel, which packs dO too where it must be). The results (O, dQ, dK, dV) are
+//   (pack_dout_kernel, which packs dO too where it must be; for bf16 rows of 64 read where they
+//   lie, delta_bf16_64_kernel, 16 bytes a load, with the same sums). The results (O, dQ, dK, dV) are
 //   written in the operands' dtype, lse in f32.
 // - A block is 4 warps and owns 64 rows (queries, or keys for dK and dV), a warp 16 of them: its
 //   products are m16n8k16 mma.sync with bf16 operands summing in f32. The scores S (16 x 64 a
@@ -572,6 +573,37 @@ __global__ void pack_dout_kernel(const X* out, const X* dout, const kernels::Att
   }
 }
 
+// delta (heads, Tq) = rowsum(dout * out) for bf16 rows of 64 columns read where they lie (no dO
+// copy wanted): 8 threads a row, one 16-byte load each of dout and out, 4 rows a warp. The sum in
+// pack_dout_kernel's order, so the same bits: lane l's two columns 2l, 2l + 1 by fmaf (here thread
+// q holds lanes 4q .. 4q + 3 as v[0..3]), then the 32 lanes' butterfly, l ^ 16, 8, 4 (threads
+// q ^ 4, 2, 1) and l ^ 2, 1 (within the thread).
+__global__ void delta_bf16_64_kernel(const bf16* out, const bf16* dout, const kernels::AttentionLayout at,
+                                     float* delta) {
+  const int64_t rows = at.B * at.H * at.Tq;
+  const int64_t first = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32;
+  const int64_t warps = int64_t{gridDim.x} * blockDim.x / 32;
+  const int q = lane() % 8;
+  for (int64_t w = first; 4 * w < rows; w += warps) {  // the warp's 4 rows; every lane takes the shuffles
+    const int64_t row = 4 * w + lane() / 8;
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    if (row < rows) {
+      const int64_t at_row = row_at(at.out, at.H, row / at.Tq, row % at.Tq) + 8 * q;
+      const uint4 g = *reinterpret_cast<const uint4*>(dout + at_row), o = *reinterpret_cast<const uint4*>(out + at_row);
+      const uint32_t gw[4] = {g.x, g.y, g.z, g.w}, ow[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        v[i] = fmaf(__uint_as_float(gw[i] & 0xffff0000u), __uint_as_float(ow[i] & 0xffff0000u),
+                    fmaf(__uint_as_float(gw[i] << 16), __uint_as_float(ow[i] << 16), 0.f));
+    }
+#pragma unroll
+    for (int offset = 4; offset > 0; offset /= 2)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
+    if (q == 0 && row < rows) delta[row] = (v[0] + v[2]) + (v[1] + v[3]);
+  }
+}
+
 // ----------------------------------------------------------------------------
 // forward
 
@@ -930,8 +962,16 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   if (!direct) gp = Tensor::empty(Shape{heads, Tqp, D}, DType::bf16, q.device());
   const Rows g = direct ? Rows{cdata<bf16>(dout), at.out, at.Tq, static_cast<int>(at.dv)} : packed_rows(gp, at.H);
   Tensor delta = Tensor::empty(Shape{heads, at.Tq}, DType::f32, q.device());
-  pack_dout_kernel<X><<<blocks_for(heads * Tqp * 32, 256), 256, 0, stream>>>(
-      cdata<X>(out), cdata<X>(dout), at, Tqp, D, direct ? nullptr : mdata<bf16>(gp), mdata<float>(delta));
+  bool rows_of_64 = false;  // bf16 rows of 64 columns read where they lie: delta by 16-byte loads
+  if constexpr (std::is_same_v<X, bf16>)
+    rows_of_64 = direct && D == 64 && at.dv == 64 && reinterpret_cast<uintptr_t>(out.raw_data()) % 16 == 0;
+  if (rows_of_64) {
+    delta_bf16_64_kernel<<<blocks_for(heads * at.Tq * 8, 256), 256, 0, stream>>>(cdata<bf16>(out), cdata<bf16>(dout), at,
+                                                                                mdata<float>(delta));
+  } else {
+    pack_dout_kernel<X><<<blocks_for(heads * Tqp * 32, 256), 256, 0, stream>>>(
+        cdata<X>(out), cdata<X>(dout), at, Tqp, D, direct ? nullptr : mdata<bf16>(gp), mdata<float>(delta));
+  }
   TG_CUDA_CHECK_LAUNCH();
   int64_t key_tiles = 0, query_tiles = 0;
   const unsigned key_grid = grid_of(heads, at.Tk, &key_tiles), query_grid = grid_of(heads, at.Tq, &query_tiles);
