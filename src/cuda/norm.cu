@@ -52,7 +52,8 @@ struct NormRows {
   T* rstd;
   int64_t n, m;
   double eps;
-  bool centered;  // layer_norm; else rms_norm
+  bool centered;         // layer_norm; else rms_norm
+  bool dx_adds = false;  // backward: dx += the row's dx (Note [adding into a gradient] in graph.cpp)
 };
 
 template <class T, class IO>
@@ -172,7 +173,10 @@ __global__ void norm_backward_f32_kernel(NormRows<float, IO> a, int rows_per_war
     float* dx = a.dx ? a.dx + i * a.m : nullptr;
     for (int64_t j = lane; j < a.m; j += kNormWarp) {
       const float d = kernels::convert<float>(dy[j]), g = a.w ? d * a.w[j] : d, xhat = xhat_of(a, x[j], mean, rstd);
-      if (dx) dx[j] = a.centered ? rstd * ((g - mean_g) - xhat * mean_gx) : rstd * (g - xhat * mean_gx);
+      if (dx) {
+        const float v = a.centered ? rstd * ((g - mean_g) - xhat * mean_gx) : rstd * (g - xhat * mean_gx);
+        dx[j] = a.dx_adds ? dx[j] + v : v;
+      }
       if (cw) cw[j] += d * xhat;
       if (cb) cb[j] += d;
     }
@@ -214,7 +218,8 @@ __global__ void norm_backward_f64_kernel(NormRows<double> a, double* prod, Error
       double* dx = a.dx + i * a.m;
       for (int64_t j = 0; j < a.m; ++j) {
         const double g = a.w ? dy[j] * a.w[j] : dy[j], xhat = xhat_of(a, x[j], mean, rstd);
-        dx[j] = a.centered ? rstd * ((g - mean_g) - xhat * mean_gx) : rstd * (g - xhat * mean_gx);
+        const double v = a.centered ? rstd * ((g - mean_g) - xhat * mean_gx) : rstd * (g - xhat * mean_gx);
+        dx[j] = a.dx_adds ? dx[j] + v : v;
       }
     }
     if (prod)
@@ -406,10 +411,12 @@ void norm_rows(kernels::Norm kind, const Tensor& x, const Tensor& weight, const 
 }
 
 void norm_rows_backward(kernels::Norm kind, const Tensor& dy, const Tensor& x, const Tensor& weight,
-                        const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+                        const Tensor& mean, const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias,
+                        bool dx_adds) {
   DeviceContext& ctx = context(x);
   dispatch_rows(kind, x, dy, [&]<class T, class IO>() {
-    const NormRows<T, IO> a = rows_of<T, IO>(kind, x, dy, weight, Tensor(), Tensor(), dx, mean, rstd, 0.0);
+    NormRows<T, IO> a = rows_of<T, IO>(kind, x, dy, weight, Tensor(), Tensor(), dx, mean, rstd, 0.0);
+    a.dx_adds = dx_adds && dx.defined();
     if (a.n == 0) {  // no rows: the sums over rows are zeros
       if (dweight.defined()) dweight.zero_();
       if (dbias.defined()) dbias.zero_();

@@ -402,6 +402,28 @@ void BackwardContext::accumulate(int k, const Tensor& contribution) {
   if (options_.record) log(k, kind, contribution, std::move(discarded));
 }
 
+// Note [adding into a gradient]
+// Where a value feeds several ops (a residual stream read by a norm and by the next add), its
+// gradient is the sum of their contributions, and accumulate adds each after the first in a pass
+// of its own: read the sum so far and the contribution, write the new sum. A backward whose kernel
+// makes its contribution element by element can fold that pass into its own: it asks for the sum
+// so far (gradient_to_add_into), writes sum + contribution over it, each element rounded as
+// accumulate's add would round it, and says so (added_into). The engine offers the gradient only
+// when the result is the one accumulate would give and nothing else can see the write: a dense
+// gradient of the value's shape and dtype, whose bytes no other handle holds, outside the
+// overwrite-bug mode and records (which must see each contribution arrive). Otherwise the backward
+// makes its contribution apart and calls accumulate, as any other.
+Tensor BackwardContext::gradient_to_add_into(int k) {
+  Value& target = g_.mutable_value(node_->inputs[k]);
+  if (!target.requires_grad || contributions_observed() || !target.grad.defined() || target.sparse_grad.defined())
+    return Tensor();
+  const Tensor& g = target.grad;
+  if (!(g.shape() == target.data.shape()) || g.dtype() != target.data.dtype() || !g.unique()) return Tensor();
+  return g;
+}
+
+void BackwardContext::added_into(int k) { g_.mutable_value(node_->inputs[k]).grad.mark_modified(); }
+
 void BackwardContext::accumulate(int k, RowSparse contribution) {
   Value& target = g_.mutable_value(node_->inputs[k]);
   if (!target.requires_grad) return;

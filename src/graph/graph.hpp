@@ -288,6 +288,13 @@ class BackwardContext {
 
   // input k's gradient += contribution (overwrite-bug mode: = contribution). Shape-checked.
   void accumulate(int k, const Tensor& contribution);
+  // Input k's gradient so far, for a fused backward to add its contribution into as it writes it
+  // (one pass where accumulate would take a second), when there is one it may write: dense, of
+  // input k's shape and dtype, its bytes held by no other handle, and no contribution observed;
+  // else an undefined tensor, and the backward calls accumulate. Having added into it, the
+  // backward calls added_into(k) (Note [adding into a gradient] in graph.cpp).
+  Tensor gradient_to_add_into(int k);
+  void added_into(int k);
   // input k's gradient += a row-sparse contribution (distinct ids). Kept row-sparse when it is the
   // first; made dense to meet any other.
   void accumulate(int k, RowSparse contribution);

@@ -279,9 +279,10 @@ void norm_rows(Norm kind, const Tensor& x, const Tensor& weight, const Tensor& b
 // With xhat = (x - mean) * rstd (rms: x * rstd) and g = dy * weight (dy without a weight), each of
 // dx = rstd * (g - mean_row(g) - xhat * mean_row(g * xhat)) (rms: without the mean_row(g) term),
 // dweight = sum over rows of dy * xhat and dbias = sum over rows of dy, into every output that is
-// defined (an undefined one is not computed).
+// defined (an undefined one is not computed). With dx_adds, dx += that dx instead, each element
+// rounded as a separate add of the two would round it (Note [adding into a gradient], graph.cpp).
 void norm_rows_backward(Norm kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias);
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool dx_adds = false);
 // y = x * m elementwise, m = 1 / (1 - p) (rounded to x's dtype) where element i's Philox word
 // (philox.hpp: word i % 4 of the block of counter offset + i / 4 under key seed) is at least
 // dropout_threshold(p), else 0 (p = 1: m = 0 everywhere). The backward is the same call on dy.

@@ -53,14 +53,14 @@ void norm_rows(Norm kind, const Tensor& x, const Tensor& weight, const Tensor& b
 }
 
 void norm_rows_backward(Norm kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool dx_adds) {
   const bool cuda = on_cuda(norm_name(kind), {&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias});
   if (!cuda && dy.dtype() == DType::bf16 && x.dtype() == DType::f32) {
     Tensor wide = Tensor::empty(dy.shape(), DType::f32, dy.device());
     cast(dy, wide);
-    return cpu::norm_rows_backward(kind, wide, x, weight, mean, rstd, dx, dweight, dbias);
+    return cpu::norm_rows_backward(kind, wide, x, weight, mean, rstd, dx, dweight, dbias, dx_adds);
   }
-  TG_NORM_CALL(cuda, norm_rows_backward(kind, dy, x, weight, mean, rstd, dx, dweight, dbias));
+  TG_NORM_CALL(cuda, norm_rows_backward(kind, dy, x, weight, mean, rstd, dx, dweight, dbias, dx_adds));
 }
 
 void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& y) {

@@ -127,6 +127,7 @@ TEST_CASE("[gpu] layer_norm and rms_norm kernels: f64 the CPU's bits, f32 within
                                      std::to_string(r.c) + ") affine " + std::to_string(affine);
             const Tensor x = random({r.n, r.c}, t, -3.0, 5.0), dy = random({r.n, r.c}, io);
             const Tensor w = affine & 1 ? random({r.c}, t) : Tensor(), b = affine & 2 ? random({r.c}, t) : Tensor();
+            const Tensor prior = random({r.n, r.c}, t);
             auto run = [&](Device device) {
               auto on = [&](const Tensor& v) { return v.defined() ? v.to(device) : Tensor(); };
               Tensor y = Tensor::empty(x.shape(), io, device), rstd = Tensor::empty({r.n}, t, device);
@@ -135,6 +136,12 @@ TEST_CASE("[gpu] layer_norm and rms_norm kernels: f64 the CPU's bits, f32 within
               Tensor dx = Tensor::empty(x.shape(), t, device), db = b.defined() ? Tensor::empty({r.c}, t, device) : Tensor();
               Tensor dw = w.defined() ? Tensor::empty({r.c}, t, device) : Tensor();
               kernels::norm_rows_backward(kind, on(dy), on(x), on(w), mean, rstd, dx, dw, db);
+              // dx added into a gradient so far as the kernel writes it (Note [adding into a
+              // gradient]): the bits of making dx and adding it apart
+              Tensor added = on(prior).clone(), apart = Tensor::empty(x.shape(), t, device), none;
+              kernels::norm_rows_backward(kind, on(dy), on(x), on(w), mean, rstd, added, none, none, true);
+              kernels::binary(kernels::Binary::add, on(prior), dx, apart);
+              same_bits(added.to(kCpu), apart.to(kCpu), what + " dx added into a gradient on " + device.str());
               return std::vector<Tensor>{y, mean, rstd, dx, dw, db};
             };
             const std::vector<Tensor> cpu = run(kCpu), gpu = run(kGpu), again = run(kGpu);

@@ -256,6 +256,52 @@ TEST_CASE("cross_entropy's backward writes over its saved log-probabilities only
   CHECK(grad_of(shared.table) == want);
 }
 
+// Note [adding into a gradient]: a custom op y = x whose backward adds dy into x's gradient itself
+// when the engine offers it, else hands dy to accumulate; g_added says which it did.
+bool g_added = false;
+Var identity_adding(Var x) {
+  return x.graph().record("identity_adding", x.value().clone(), {x}, [](BackwardContext& ctx) {
+    Tensor into = ctx.gradient_to_add_into(0);
+    g_added = into.defined();
+    if (!into.defined()) return ctx.accumulate(0, ctx.grad_output());
+    kernels::binary(kernels::Binary::add, into, ctx.grad_output(), into);
+    ctx.added_into(0);
+  });
+}
+
+TEST_CASE("a backward may add into a gradient in place: only where accumulate would give the same, unseen") {
+  // h = a * a feeds identity_adding (recorded first, so its backward runs last) and h * 3:
+  // d/da sum(h + 3 h) = 8 a
+  auto run = [](BackwardOptions options, bool hold_other) {
+    Graph g;
+    Var a = g.parameter(f64({1.5, -2.0, 0.25}, Shape{3}));
+    Var h = ops::mul(a, a);
+    g_added = false;
+    Var y = identity_adding(h);
+    Var other = hold_other ? ops::add(h, g.input(f64({0, 0, 0}, Shape{3}))) : h * 3.0;
+    g.backward(ops::add(ops::sum(y), ops::sum(other)), options);
+    return std::make_pair(grad_of(a), g_added);
+  };
+  const auto [plain, plain_added] = run({}, false);
+  CHECK(plain == std::vector<double>{12.0, -16.0, 2.0});
+  CHECK(plain_added);  // h's gradient (3 dy, made by mul's backward) is h's alone
+  BackwardRecord record;
+  const auto [recorded, recorded_added] = run({.record = &record}, false);
+  CHECK(recorded == plain);
+  CHECK_FALSE(recorded_added);  // a record sees each contribution arrive
+  const auto [overwritten, overwritten_added] = run({.overwrite_bug = true}, false);
+  // identity's dy written over 3 dy, then a * a's two contributions, the second over the first: a
+  CHECK(overwritten == std::vector<double>{1.5, -2.0, 0.25});
+  CHECK_FALSE(overwritten_added);
+  // add's backward hands h the very tensor it got, which its output's gradient still holds
+  const auto [shared, shared_added] = run({}, true);
+  CHECK(shared == std::vector<double>{6.0, -8.0, 1.0});
+  CHECK_FALSE(shared_added);
+  const auto [freed, freed_added] = run({.free_activation_grads = true}, true);  // dropped: h's alone again
+  CHECK(freed == shared);
+  CHECK(freed_added);
+}
+
 // ---- wrong answers the old engine's fast paths gave (each checked against PyTorch)
 
 TEST_CASE("a table's gradient edited in place does not leak into the next step (PyTorch: [0 0 | 1 1 | 0 0 | 0 0])") {

@@ -163,6 +163,35 @@ TEST_CASE("layer_norm and rms_norm give each input that wants one the gradient o
   }
 }
 
+// Note [adding into a gradient]: a residual stream h feeds a norm and, through an add, the rest;
+// the norm's backward adds its dx into h's gradient as it writes it (free_activation_grads leaves
+// that gradient h's alone), with the bits of the separate add a record's backward takes.
+TEST_CASE("layer_norm and rms_norm add dx into a residual stream's gradient: the bits of a separate add") {
+  for (DType t : {DType::f32, DType::f64})
+    for (bool layer : {true, false}) {
+      CAPTURE(dtype_name(t));
+      CAPTURE(layer);
+      auto run = [&](const BackwardOptions& options) {
+        Graph g;
+        Var x = g.parameter(random(Shape{6, 37}, t, 3)), w = g.parameter(random(Shape{37}, t, 4));
+        Var b = g.parameter(random(Shape{37}, t, 5));
+        Var h = x * 1.5;
+        Var n = layer ? ops::layer_norm(h, w, b) : ops::rms_norm(h, w);
+        Var y = h + n * 2.0;
+        g.backward(ops::sum(ops::mul(y, g.input(random(Shape{6, 37}, t, 6)))), options);
+        return std::vector<Tensor>{x.grad().clone(), w.grad().clone()};
+      };
+      const std::vector<Tensor> added = run({.free_activation_grads = true});
+      BackwardRecord record;
+      const std::vector<Tensor> apart = run({.record = &record, .free_activation_grads = true});
+      CHECK(same_bytes(added[0], apart[0]));
+      CHECK(same_bytes(added[1], apart[1]));
+      bool two_arrive = false;  // the record saw the norm's dx arrive at h after the stream's gradient
+      for (const GradEvent& e : record.events) two_arrive |= e.kind == GradEvent::Kind::added;
+      CHECK(two_arrive);
+    }
+}
+
 TEST_CASE("f32 layer_norm of wide rows follows f64") {
   for (int64_t c : {768, 1000, 3}) {
     CAPTURE(c);

@@ -410,8 +410,14 @@ void norm_rows(Norm kind, const Tensor& x, const Tensor& weight, const Tensor& b
   });
 }
 
+// dx_adds: dx is made apart and added by the add kernel, which rounds as accumulate's add does.
 void norm_rows_backward(Norm kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias) {
+                        const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool dx_adds) {
+  if (dx_adds && dx.defined()) {
+    Tensor made = Tensor::empty(dx.shape(), dx.dtype(), dx.device());
+    cpu::norm_rows_backward(kind, dy, x, weight, mean, rstd, made, dweight, dbias, false);
+    return cpu::binary(Binary::add, dx, made, dx);
+  }
   const int64_t m = x.shape()[x.ndim() - 1];
   const int64_t n = m == 0 ? 0 : x.numel() / m;
   dispatch_float(op_name(kind), x.dtype(), [&]<class T>() {

@@ -62,7 +62,12 @@ void norm_backward(BackwardContext& ctx) {
   constexpr int kWeight = 1, kBias = W ? 2 : 1;
   const Tensor& x = ctx.input(0);
   Tensor dx, dweight, dbias, weight;
-  if (ctx.needs_grad(0)) dx = like(x);
+  bool dx_adds = false;  // dx added into x's gradient so far (a residual stream's), as the kernel writes it
+  if (ctx.needs_grad(0)) {
+    dx = ctx.gradient_to_add_into(0);
+    dx_adds = dx.defined();
+    if (!dx_adds) dx = like(x);
+  }
   if constexpr (W) {
     weight = ctx.input(kWeight);
     if (ctx.needs_grad(kWeight)) dweight = like(weight);
@@ -71,8 +76,9 @@ void norm_backward(BackwardContext& ctx) {
     if (ctx.needs_grad(kBias)) dbias = like(ctx.input(kBias));
   const Tensor mean = K == Norm::layer ? ctx.saved(0) : Tensor();
   const Tensor& rstd = ctx.saved(K == Norm::layer ? 1 : 0);
-  kernels::norm_rows_backward(K, ctx.grad_output(), x, weight, mean, rstd, dx, dweight, dbias);
-  if (dx.defined()) ctx.accumulate(0, dx);
+  kernels::norm_rows_backward(K, ctx.grad_output(), x, weight, mean, rstd, dx, dweight, dbias, dx_adds);
+  if (dx_adds) ctx.added_into(0);
+  else if (dx.defined()) ctx.accumulate(0, dx);
   if (dweight.defined()) ctx.accumulate(kWeight, dweight);
   if (dbias.defined()) ctx.accumulate(kBias, dbias);
 }
