@@ -291,10 +291,15 @@ __device__ inline void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
-__device__ inline void wgmma_commit_and_wait() {  // every product issued so far has finished
+__device__ inline void wgmma_commit() {  // the products issued since the last commit are one group
 #ifdef TG_WGMMA
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+template <int Pending>
+__device__ inline void wgmma_wait() {  // every group but the Pending most recent ones has finished
+#ifdef TG_WGMMA
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
 #endif
 }
 // The accumulators' registers are the asynchronous products' until the wait: this keeps the
@@ -370,6 +375,7 @@ struct MmaSync {
   static constexpr int D = kD, N = Tiles<D>::stream;
   static constexpr int own = Tiles<D>::own, tile = Tiles<D>::tile;  // halves
   static constexpr int align = 16;                                   // bytes a tile starts on
+  static constexpr bool async = false;                              // issue_* compute at once
   __device__ static void load(bf16* dst, const Rows& x, int64_t H, int64_t hi, int64_t t0, int n) {
     load_tile<D>(dst, x, H, hi, t0, n);
   }
@@ -384,6 +390,15 @@ struct MmaSync {
   __device__ static void az(float (&acc)[D / 8][4], const uint32_t (&a)[N / 16][4], const bf16* z) {
     product_az<D, N>(acc, a, z);
   }
+  // the asynchronous forms (Wgmma's), here the products themselves
+  __device__ static void issue_scores(float (&acc)[N / 8][4], const bf16* x, int r0, const bf16* y) {
+    scores(acc, x, r0, y);
+  }
+  __device__ static void issue_az(float (&acc)[D / 8][4], const uint32_t (&a)[N / 16][4], const bf16* z) {
+    az(acc, a, z);
+  }
+  template <int Pending, class... Acc>
+  __device__ static void wait(Acc&...) {}
 };
 
 // Note [wgmma attention]
@@ -399,12 +414,17 @@ struct MmaSync {
 // - N-major B (Z of pz and az: rows along K = the tile's rows, contiguous along N = the head):
 //   8-row groups 1024 bytes apart along K (the stride offset; the leading offset, between 64-column
 //   blocks along N, is unused at 64 columns), the k-th 16 rows at start + 2048 k bytes.
-// Each product is issued, committed and waited for before the softmax reads it; the 3 or 4 blocks
-// a multiprocessor holds overlap one block's softmax with another's products.
+// The products are asynchronous: issue_scores and issue_az start one (a commit group), and
+// wait<Pending>(acc...) waits until all but the Pending most recent have finished, the named
+// accumulators then the warps' again (pin). The forward waits for each at once (scores, az, pz);
+// the backward kernels issue the next product before the arithmetic on the last one (dP with S,
+// dV before dS is made), so the tensor cores and the ALU of one warpgroup overlap; the 3 or 4
+// blocks a multiprocessor holds overlap more.
 struct Wgmma {
   static constexpr int D = 64, N = 64;
   static constexpr int own = 64 * 64, tile = 64 * 64;  // halves: 8 KiB, a multiple of 1024 bytes
   static constexpr int align = 1024;
+  static constexpr bool async = true;
   __device__ static int at(int r, int c) { return r * 64 + ((c ^ (r & 7)) << 3); }  // halves; c a chunk of 8
   // rows [t0, t0 + n) of head hi of x, 16 bytes a copy, zeros past T and past the width
   __device__ static void load(bf16* dst, const Rows& x, int64_t H, int64_t hi, int64_t t0, int n) {
@@ -419,20 +439,31 @@ struct Wgmma {
     }
   }
   __device__ static void landed() { fence_async_shared(); }
-  __device__ static void scores(float (&acc)[8][4], const bf16* x, int /*r0: 16 warp()*/, const bf16* y) {
+  __device__ static void issue_scores(float (&acc)[8][4], const bf16* x, int /*r0: 16 warp()*/, const bf16* y) {
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < 4; ++k) wgmma_ss(acc, wgmma_desc(x + 16 * k, 16, 1024), wgmma_desc(y + 16 * k, 16, 1024), k);
-    wgmma_commit_and_wait();
-    pin(acc);
+    wgmma_commit();
   }
-  __device__ static void az(float (&acc)[8][4], const uint32_t (&a)[4][4], const bf16* z) {
-    pin(acc);
+  __device__ static void issue_az(float (&acc)[8][4], const uint32_t (&a)[4][4], const bf16* z) {
+    pin(acc);  // what the warp wrote to acc (a rescale) before the fence
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < 4; ++k) wgmma_rs(acc, a[k], wgmma_desc(z + 16 * 64 * k, 64 * 64 * 2, 1024));
-    wgmma_commit_and_wait();
-    pin(acc);
+    wgmma_commit();
+  }
+  template <int Pending, class... Acc>
+  __device__ static void wait(Acc&... acc) {
+    wgmma_wait<Pending>();
+    (pin(acc), ...);
+  }
+  __device__ static void scores(float (&acc)[8][4], const bf16* x, int r0, const bf16* y) {
+    issue_scores(acc, x, r0, y);
+    wait<0>(acc);
+  }
+  __device__ static void az(float (&acc)[8][4], const uint32_t (&a)[4][4], const bf16* z) {
+    issue_az(acc, a, z);
+    wait<0>(acc);
   }
   __device__ static void pz(float (&acc)[8][4], const float (&p)[8][4], const bf16* z) {
     uint32_t a[4][4];
@@ -754,9 +785,11 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::dkdv_blocks)
     const float* lse2 = stats + buffer * 2 * N;
     const float* dlt = lse2 + N;
     const int64_t t0 = first_q + int64_t{i} * N;
-    // P^T (16 keys, N queries)
-    float p[N / 8][4];
-    P::scores(p, Ks, r0, Qi);
+    // P^T (16 keys, N queries); with asynchronous products dP^T = V dO^T runs while P^T is made
+    float p[N / 8][4], ds[N / 8][4];
+    P::issue_scores(p, Ks, r0, Qi);
+    if constexpr (P::async) P::issue_scores(ds, Vs, r0, Gi);
+    P::template wait<P::async ? 1 : 0>(p);
     const bool masks = causal && k0 + r0 + 15 > t0;
 #pragma unroll
     for (int n = 0; n < N / 8; ++n)
@@ -768,14 +801,21 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::dkdv_blocks)
       }
     uint32_t pb[N / 16][4];  // P^T in bf16, as it enters both products: fewer registers than f32
     to_fragments<N>(pb, p);
-    P::az(dv_acc, pb, Gi);  // dV += P^T dO
-    float ds[N / 8][4];
-    P::scores(ds, Vs, r0, Gi);  // dP^T = V dO^T
+    P::issue_az(dv_acc, pb, Gi);  // dV += P^T dO (running while dS^T is made)
+    if constexpr (!P::async) P::issue_scores(ds, Vs, r0, Gi);  // dP^T = V dO^T
+    P::template wait<P::async ? 1 : 0>(ds);
 #pragma unroll
     for (int n = 0; n < N / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) ds[n][e] = element<N>(pb, n, e) * (ds[n][e] - dlt[8 * n + 2 * t + e % 2]);
-    P::pz(dk_acc, ds, Qi);  // dK += dS^T Q
+    if constexpr (P::async) {
+      uint32_t dsb[N / 16][4];
+      to_fragments<N>(dsb, ds);
+      P::issue_az(dk_acc, dsb, Qi);  // dK += dS^T Q
+      P::template wait<0>(dv_acc, dk_acc);
+    } else {
+      P::pz(dk_acc, ds, Qi);  // dK += dS^T Q
+    }
     __syncthreads();
   }
   store_rows<D>(dk_acc, scale, dk, at.dk, at.H, hi, k0, at.Tk, static_cast<int>(at.d));
@@ -812,8 +852,10 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
   for (int j = 0; j < keys.tiles; ++j) {
     keys.wait(j);
     const int64_t k0 = int64_t{j} * N;
-    float p[N / 8][4];
-    P::scores(p, Qs, r0, keys.K(j));  // S
+    float p[N / 8][4], ds[N / 8][4];
+    P::issue_scores(p, Qs, r0, keys.K(j));  // S; with asynchronous products dP = dO V^T runs while P is made
+    if constexpr (P::async) P::issue_scores(ds, Gs, r0, keys.V(j));
+    P::template wait<P::async ? 1 : 0>(p);
     const bool masks = k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0);
 #pragma unroll
     for (int n = 0; n < N / 8; ++n)
@@ -826,8 +868,8 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
       }
     uint32_t pb[N / 16][4];  // P in bf16, as the dK/dV kernel uses it
     to_fragments<N>(pb, p);
-    float ds[N / 8][4];
-    P::scores(ds, Gs, r0, keys.V(j));  // dP = dO V^T
+    if constexpr (!P::async) P::issue_scores(ds, Gs, r0, keys.V(j));  // dP = dO V^T
+    P::template wait<0>(ds);
 #pragma unroll
     for (int n = 0; n < N / 8; ++n)
 #pragma unroll
