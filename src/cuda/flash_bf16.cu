@@ -366,8 +366,9 @@ __device__ inline void wgmma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64
 //   pz(acc, p, Z)          acc (16, D) += P Z           (P (16, N) an f32 accumulator rounded to bf16)
 //   az(acc, a, Z)          acc (16, D) += A Z           (A (16, N) as bf16 A fragments)
 // with load() filling a tile from an operand's rows and landed() making a finished copy readable by
-// the products. Both give each warp its rows in the m16n8k16 fragment layouts, so the softmax code
-// around the products is the same for both.
+// the products; issue_scores, issue_az and wait<Pending>(acc...) are their asynchronous forms
+// (Wgmma's; MmaSync computes at issue and waits for nothing). Both give each warp its rows in the
+// m16n8k16 fragment layouts, so the softmax code around the products is the same for both.
 
 // mma.sync m16n8k16 from ldmatrix fragments of tiles whose rows are padded by 16 bytes.
 template <int kD>
@@ -414,6 +415,9 @@ struct MmaSync {
 // - N-major B (Z of pz and az: rows along K = the tile's rows, contiguous along N = the head):
 //   8-row groups 1024 bytes apart along K (the stride offset; the leading offset, between 64-column
 //   blocks along N, is unused at 64 columns), the k-th 16 rows at start + 2048 k bytes.
+// The tiles arrive by cp.async, whose writes belong to the generic proxy; wgmma reads through the
+// async proxy, so every thread fences its landed copies (fence.proxy.async, landed()) before the
+// barrier that precedes the products.
 // The products are asynchronous: issue_scores and issue_az start one (a commit group), and
 // wait<Pending>(acc...) waits until all but the Pending most recent have finished, the named
 // accumulators then the warps' again (pin). The forward waits for each at once (scores, az, pz);
