@@ -8,6 +8,7 @@
 // and the host reports it at the next synchronization.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -49,6 +50,22 @@ struct CublasApi {
                                             long long, int, cublasComputeType_t, cublasGemmAlgo_t);
 };
 const CublasApi& cublas_api();
+
+// The cuBLASLt entry points (loaded as cuBLAS is): GEMMs with epilogues (linalg.cu, matmul_bias).
+struct CublasLtApi {
+  decltype(&cublasLtCreate) create;
+  decltype(&cublasLtMatmulDescCreate) desc_create;
+  decltype(&cublasLtMatmulDescDestroy) desc_destroy;
+  decltype(&cublasLtMatmulDescSetAttribute) desc_set;
+  decltype(&cublasLtMatrixLayoutCreate) layout_create;
+  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
+  decltype(&cublasLtMatmulPreferenceCreate) pref_create;
+  decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
+  decltype(&cublasLtMatmul) matmul;
+};
+const CublasLtApi& cublaslt_api();
 
 }  // namespace tapegrad::cuda
 
@@ -184,6 +201,8 @@ struct DeviceContext {
   cudaStream_t stream = nullptr;        // all kernels and copies of this device, in call order
   CachingAllocator allocator;
   cublasHandle_t cublas = nullptr;      // made by the first matmul (linalg.cu)
+  cublasLtHandle_t cublaslt = nullptr;  // made by the first GEMM with an epilogue (linalg.cu),
+  void* lt_workspace = nullptr;         // with its workspace
   ErrorSlot* error_slot = nullptr;      // device memory
   ErrorSlot* error_host = nullptr;      // pinned host copy, read after a sync
   uint32_t* blocks_done = nullptr;      // device memory, 0 between launches: a fused reduction's

@@ -40,6 +40,11 @@ void flash_bf16_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
                          const Tensor& lse, const kernels::AttentionLayout& at, int D, bool causal, double scale,
                          Tensor& dq, Tensor& dk, Tensor& dv);
 
+// out (n, m) bf16 = x (n, k) bf16 @ w (m, k)^T bf16 + bias (m,) f32 or bf16, summed in f32 and
+// rounded once: one cuBLASLt GEMM (Note [bias in the epilogue] in linalg.cu); all contiguous.
+// False, with nothing done, where cuBLASLt has no kernel for it.
+bool matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
+
 // cross_entropy_rows keeps a long row in shared memory between its two reads (kKeep in
 // log_softmax.cu) unless this is switched off (tests and benchmarks compare the two: same bits).
 void set_cross_entropy_kept_rows(bool keep);

@@ -108,29 +108,75 @@ __global__ void sum_all_f32_kernel(const float* x, float* out, int64_t n, float 
 // its time (docs/cuda.md, "Measurements behind the source comments"). It is loaded with dlopen, by
 // its soname for the major version built against, the first time a CUDA matmul needs a handle;
 // only the entry points below are used.
+namespace {
+
+// A library of the CUDA toolkit by its soname for the major version built against, and its
+// entry points by name; a DeviceError naming what is missing.
+struct Library {
+  std::string name;
+  void* handle;
+  Library(const char* stem, const char* purpose) : name(std::string(stem) + std::to_string(CUBLAS_VER_MAJOR)) {
+    handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) throw DeviceError("[cuda] cannot load " + name + " for " + purpose + ": " + dlerror());
+  }
+  template <class F>
+  void symbol(F& slot, const char* symbol_name) const {
+    slot = reinterpret_cast<F>(dlsym(handle, symbol_name));
+    if (!slot) throw DeviceError("[cuda] " + name + " has no " + symbol_name);
+  }
+};
+
+}  // namespace
+
 const CublasApi& cublas_api() {
   static const CublasApi api = [] {
-    const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
-    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib) throw DeviceError("[cuda] cannot load " + name + " for CUDA matmuls: " + dlerror());
-    auto symbol = [&]<class F>(F& slot, const char* symbol_name) {
-      slot = reinterpret_cast<F>(dlsym(lib, symbol_name));
-      if (!slot) throw DeviceError("[cuda] " + name + " has no " + symbol_name);
-    };
+    const Library lib("libcublas.so.", "CUDA matmuls");
     CublasApi a{};
-    symbol(a.create, "cublasCreate_v2");
-    symbol(a.set_stream, "cublasSetStream_v2");
-    symbol(a.set_workspace, "cublasSetWorkspace_v2");
-    symbol(a.gemm_ex, "cublasGemmEx");
-    symbol(a.status_name, "cublasGetStatusName");
-    symbol(a.status_string, "cublasGetStatusString");
-    symbol(a.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx");
+    lib.symbol(a.create, "cublasCreate_v2");
+    lib.symbol(a.set_stream, "cublasSetStream_v2");
+    lib.symbol(a.set_workspace, "cublasSetWorkspace_v2");
+    lib.symbol(a.gemm_ex, "cublasGemmEx");
+    lib.symbol(a.status_name, "cublasGetStatusName");
+    lib.symbol(a.status_string, "cublasGetStatusString");
+    lib.symbol(a.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx");
+    return a;
+  }();
+  return api;
+}
+
+// cuBLASLt, loaded the same way (libcublas has loaded it already: its GEMMs run through it).
+const CublasLtApi& cublaslt_api() {
+  static const CublasLtApi api = [] {
+    const Library lib("libcublasLt.so.", "GEMMs with epilogues");
+    CublasLtApi a{};
+    lib.symbol(a.create, "cublasLtCreate");
+    lib.symbol(a.desc_create, "cublasLtMatmulDescCreate");
+    lib.symbol(a.desc_destroy, "cublasLtMatmulDescDestroy");
+    lib.symbol(a.desc_set, "cublasLtMatmulDescSetAttribute");
+    lib.symbol(a.layout_create, "cublasLtMatrixLayoutCreate");
+    lib.symbol(a.layout_destroy, "cublasLtMatrixLayoutDestroy");
+    lib.symbol(a.pref_create, "cublasLtMatmulPreferenceCreate");
+    lib.symbol(a.pref_destroy, "cublasLtMatmulPreferenceDestroy");
+    lib.symbol(a.pref_set, "cublasLtMatmulPreferenceSetAttribute");
+    lib.symbol(a.heuristic, "cublasLtMatmulAlgoGetHeuristic");
+    lib.symbol(a.matmul, "cublasLtMatmul");
     return a;
   }();
   return api;
 }
 
 namespace {
+
+constexpr size_t kLtWorkspace = size_t{32} << 20;  // as cuBLAS's
+
+cublasLtHandle_t cublaslt_for(DeviceContext& ctx) {
+  if (!ctx.cublaslt) {
+    (void)cublas_api();  // its status names, for the errors
+    TG_CUBLAS_CHECK(cublaslt_api().create(&ctx.cublaslt));
+    ctx.lt_workspace = ctx.allocator.allocate(kLtWorkspace);
+  }
+  return ctx.cublaslt;
+}
 
 cublasHandle_t cublas_for(DeviceContext& ctx) {
   if (!ctx.cublas) {
@@ -219,6 +265,75 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out, boo
   if (a.dtype() == DType::bf16 && out.dtype() == DType::bf16) launch.template operator()<__nv_bfloat16, __nv_bfloat16>();
   else if (a.dtype() == DType::bf16) launch.template operator()<__nv_bfloat16, float>();  // the plan checked out
   else dispatch_float("matmul", a.dtype(), [&]<class T>() { launch.template operator()<T, T>(); });
+}
+
+// Note [bias in the epilogue]
+// out (n, m) bf16 = x (n, k) @ w (m, k)^T + bias (m,), the products of bf16 operands summed in f32,
+// the bias (f32 or bf16) added to the f32 sums and the result rounded once: one cuBLASLt GEMM with
+// the BIAS epilogue, where the same arithmetic in separate kernels writes the f32 sums, adds the
+// bias over them and casts (three more passes over the output, in f32). Column-major, the GEMM is
+// out^T (m, n) = w (k, m)^T @ x^T (k, n), every matrix its row-major self seen transposed; the
+// bias runs along out^T's rows. The algorithm is cuBLASLt's first by its heuristics, with the
+// workspace cuBLAS gets; where it has none (or the product is empty) this returns false and the
+// caller runs the separate kernels.
+bool matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  const int64_t n = x.dim(0), k = x.dim(1), m = w.dim(0);
+  if (n == 0 || m == 0 || k == 0) return false;  // the separate kernels' zeros and bias
+  DeviceContext& ctx = context(out);
+  const CublasLtApi& lt = cublaslt_api();
+  cublasLtHandle_t handle = cublaslt_for(ctx);
+  // every descriptor destroyed on the way out, thrown or not
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  struct Release {
+    const CublasLtApi& lt;
+    cublasLtMatmulDesc_t& desc;
+    cublasLtMatrixLayout_t &la, &lb, &lc;
+    cublasLtMatmulPreference_t& pref;
+    ~Release() {
+      if (pref) lt.pref_destroy(pref);
+      for (cublasLtMatrixLayout_t l : {la, lb, lc})
+        if (l) lt.layout_destroy(l);
+      if (desc) lt.desc_destroy(desc);
+    }
+  } release{lt, desc, la, lb, lc, pref};
+  TG_CUBLAS_CHECK(lt.desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T, plain = CUBLAS_OP_N;
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const void* bias_data = bias.raw_data();
+  const int32_t bias_type = bias.dtype() == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
+  TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &plain, sizeof plain));
+  TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+  TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_data, sizeof bias_data));
+  TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
+  TG_CUBLAS_CHECK(lt.layout_create(&la, CUDA_R_16BF, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k));
+  TG_CUBLAS_CHECK(lt.layout_create(&lb, CUDA_R_16BF, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k));
+  TG_CUBLAS_CHECK(lt.layout_create(&lc, CUDA_R_16BF, static_cast<uint64_t>(m), static_cast<uint64_t>(n), m));
+  TG_CUBLAS_CHECK(lt.pref_create(&pref));
+  const uint64_t workspace = kLtWorkspace;
+  TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
+  // the operands' alignment, for the heuristics to choose only kernels that take it
+  auto alignment = [](const void* ptr) {
+    uint32_t a = 256;
+    while (a > 2 && reinterpret_cast<uintptr_t>(ptr) % a != 0) a /= 2;
+    return a;
+  };
+  const uint32_t align_a = alignment(w.raw_data()), align_b = alignment(x.raw_data()),
+                 align_c = alignment(out.raw_data());
+  TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
+  TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
+  TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c));
+  TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof align_c));
+  cublasLtMatmulHeuristicResult_t best{};
+  int found = 0;
+  TG_CUBLAS_CHECK(lt.heuristic(handle, desc, la, lb, lc, lc, pref, 1, &best, &found));
+  if (found == 0) return false;  // no kernel takes these sizes and alignments: the separate kernels do
+  const float one = 1.0f, zero = 0.0f;
+  TG_CUBLAS_CHECK(lt.matmul(handle, desc, &one, w.raw_data(), la, x.raw_data(), lb, &zero, out.raw_data(), lc,
+                            out.raw_data(), lc, &best.algo, ctx.lt_workspace, kLtWorkspace, ctx.stream));
+  return true;
 }
 
 void matmul_fsum(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {

@@ -136,6 +136,32 @@ void clamp_backward(const Tensor& x, double lo, double hi, const Tensor& dy, Ten
 void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out, bool accumulate) {
   TG_DISPATCH("matmul", matmul(a, ta, b, tb, out, accumulate), &a, &b, &out);
 }
+void matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  const char* op = "linear";
+  if (x.ndim() != 2 || w.ndim() != 2 || bias.ndim() != 1 || out.ndim() != 2 || x.dim(1) != w.dim(1) ||
+      bias.dim(0) != w.dim(0) || out.dim(0) != x.dim(0) || out.dim(1) != w.dim(0))
+    throw Error(std::string("[") + op + "] x " + x.shape().str() + " @ w " + w.shape().str() + "^T + bias " +
+                bias.shape().str() + " does not make out " + out.shape().str());
+  if (x.dtype() != DType::bf16 || w.dtype() != DType::bf16 || out.dtype() != DType::bf16 ||
+      (bias.dtype() != DType::f32 && bias.dtype() != DType::bf16))
+    throw Error(std::string("[") + op + "] the bias epilogue takes bf16 x, w and out and an f32 or bf16 bias, got " +
+                dtype_name(x.dtype()) + ", " + dtype_name(w.dtype()) + ", " + dtype_name(out.dtype()) + " and " +
+                dtype_name(bias.dtype()));
+#if TAPEGRAD_WITH_CUDA
+  if (common_device(op, {&x, &w, &bias, &out}).is_cuda() && cuda::matmul_bias(x, w, bias, out)) return;
+#else
+  (void)common_device(op, {&x, &w, &bias, &out});
+#endif
+  Tensor sums = Tensor::empty(out.shape(), DType::f32, out.device()), b32 = bias;
+  if (bias.dtype() != DType::f32) {
+    b32 = Tensor::empty(bias.shape(), DType::f32, bias.device());
+    cast(bias, b32);
+  }
+  matmul(x, false, w, true, sums);
+  add_row(sums, b32, sums);
+  cast(sums, out);
+}
+
 void matmul_fsum(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
   if (a.ndim() != 2 || b.ndim() != 2 || out.ndim() != 2)
     throw Error("[matmul_fsum] takes 2-D matrices, got a " + a.shape().str() + ", b " + b.shape().str() + " and out " +

@@ -82,6 +82,12 @@ void clamp_backward(const Tensor& x, double lo, double hi, const Tensor& dy, Ten
 // its sum, rounded once where the library rounds it; a bf16 out widened, added to and rounded).
 void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& out,
             bool accumulate = false);
+// out (n, m) bf16 = x (n, k) @ w (m, k)^T + bias (m,), for bf16 x and w and an f32 or bf16 bias:
+// the products summed in f32, the bias added to the sums and the result rounded once, as
+// torch.autocast's linear with a bias. CUDA: one cuBLASLt GEMM with a bias epilogue (Note [bias in
+// the epilogue] in src/cuda/linalg.cu, where cuBLASLt has a kernel for it); else matmul into f32
+// sums, add_row and cast. All contiguous; shapes that do not fit are an error naming them.
+void matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
 // out (n, m) = op(a) @ op(b), 2-D and f64 only, each cell the correctly rounded sum of its k
 // products, each product rounded on its own: the Python reference's math.fsum over them
 // (docs/tiny_step.md, "Arithmetic"); the same bits on every device. One exact sum per cell, so

@@ -214,10 +214,7 @@ Var linear(Var x, Var w, Var b) {
   // bf16 copies of f32 x and W under autocast, saved for the backward (Note [bf16 activations])
   const Tensor xc = operand(v, compute).reshape(as_matrix_of_rows(v.shape())), Wc = operand(W, compute);
   if (bias && compute == DType::bf16) {  // the bias added to the f32 sums, the result rounded once
-    Tensor sums = Tensor::empty(rows.shape(), DType::f32, v.device());
-    kernels::matmul(xc, false, Wc, true, sums);
-    kernels::add_row(sums, operand(b.value(), DType::f32), sums);
-    kernels::cast(sums, rows);
+    kernels::matmul_bias(xc, Wc, b.value(), rows);
   } else {
     kernels::matmul(xc, false, Wc, true, rows);
     if (bias) kernels::add_row(rows, b.value(), rows);

@@ -380,6 +380,39 @@ TEST_CASE("[gpu] bf16 casts give the CPU's bits; autocast's products the CPU's w
   }
 }
 
+// Note [bias in the epilogue]: autocast's linear with a bias as one cuBLASLt GEMM, against the
+// CPU's f32 sums, add_row and cast (bf16 results 2^-8 apart where f32 sums differ in a last bit),
+// and against CUDA's own separate kernels; sizes cuBLASLt may refuse (7 columns: rows of 14 bytes)
+// fall back to those kernels.
+TEST_CASE("[gpu] matmul_bias: bf16 x @ w^T + bias in one cuBLASLt GEMM, as the separate kernels compute it") {
+  struct Size {
+    int64_t n, k, m;
+  };
+  auto bf = [](const Tensor& t) {
+    Tensor out = Tensor::empty(t.shape(), DType::bf16);
+    kernels::cast(t, out);
+    return out;
+  };
+  for (const Size sz : {Size{5, 7, 3}, Size{64, 96, 80}, Size{300, 384, 1152}, Size{1, 8, 8}})
+    for (DType bias_type : {DType::f32, DType::bf16}) {
+      const std::string what = "(" + std::to_string(sz.n) + ", " + std::to_string(sz.k) + ") @ (" + std::to_string(sz.m) +
+                               ", " + std::to_string(sz.k) + ")^T + bias " + name(bias_type);
+      const Tensor x = bf(random({sz.n, sz.k}, DType::f32)), w = bf(random({sz.m, sz.k}, DType::f32));
+      const Tensor b32 = random({sz.m}, DType::f32), bias = bias_type == DType::f32 ? b32 : bf(b32);
+      std::vector<Tensor> args{x, w, bias, poisoned({sz.n, sz.m}, DType::bf16)};
+      auto back = run_both(args, [](std::vector<Tensor>& a) { kernels::matmul_bias(a[0], a[1], a[2], a[3]); });
+      check_close(args[3], back[3], 4e-3, what + ": CUDA against the CPU");
+      // CUDA's separate kernels: f32 sums by cublasGemmEx, add_row, cast
+      Tensor sums = Tensor::empty({sz.n, sz.m}, DType::f32, kGpu), apart = Tensor::empty({sz.n, sz.m}, DType::bf16, kGpu);
+      Tensor bias32 = Tensor::empty({sz.m}, DType::f32, kGpu);
+      kernels::cast(bias.to(kGpu), bias32);
+      kernels::matmul(x.to(kGpu), false, w.to(kGpu), true, sums);
+      kernels::add_row(sums, bias32, sums);
+      kernels::cast(sums, apart);
+      check_close(apart.to(kCpu), back[3], 4e-3, what + ": one GEMM against CUDA's separate kernels");
+    }
+}
+
 TEST_CASE("[gpu] gather and its scatter backward, with repeated ids") {
   const std::vector<int64_t> ids{4, 0, 4, 2, 4, 1, 0};
   for (DType it : {DType::i32, DType::i64}) {

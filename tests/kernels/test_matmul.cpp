@@ -228,6 +228,31 @@ TEST_CASE("matmul with accumulate, bf16 operands: into f32 the f32 product added
   CHECK(c16.to_doubles() == want16.to_doubles());
 }
 
+TEST_CASE("matmul_bias: bf16 x @ w^T + bias, the bias added to the f32 sums and rounded once; its errors") {
+  auto bf16 = [](const Tensor& t) {
+    Tensor out = Tensor::empty(t.shape(), DType::bf16);
+    kernels::cast(t, out);
+    return out;
+  };
+  const Tensor x = bf16(random({5, 7}, DType::f32)), w = bf16(random({3, 7}, DType::f32));
+  for (DType bias_type : {DType::f32, DType::bf16}) {
+    const Tensor bias = bias_type == DType::f32 ? random({3}, DType::f32) : bf16(random({3}, DType::f32));
+    Tensor got = Tensor::empty({5, 3}, DType::bf16), sums = Tensor::empty({5, 3}, DType::f32);
+    kernels::matmul_bias(x, w, bias, got);
+    kernels::matmul(x, false, w, true, sums);
+    std::vector<double> want = sums.to_doubles();
+    const std::vector<double> b = bias.to_doubles();
+    for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(want[i]) + static_cast<float>(b[i % 3]);
+    const Tensor rounded = bf16(Tensor::from_doubles(want, Shape{5, 3}, DType::f32));
+    CHECK(got.to_doubles() == rounded.to_doubles());
+  }
+  Tensor out = Tensor::empty({5, 3}, DType::bf16);
+  CHECK(testing::message_of([&] { kernels::matmul_bias(x, w, random({4}, DType::f32), out); }) ==
+        "[linear] x (5, 7) @ w (3, 7)^T + bias (4,) does not make out (5, 3)");
+  CHECK(testing::message_of([&] { kernels::matmul_bias(x, w, random({3}, DType::f64), out); }) ==
+        "[linear] the bias epilogue takes bf16 x, w and out and an f32 or bf16 bias, got bf16, bf16, bf16 and f64");
+}
+
 TEST_CASE("matmul_fsum: each cell the correctly rounded sum of its rounded products, where BLAS's order is not") {
   // row (1e16, 1, -1e16) . (1, 1, 1): the exact sum is 1; adding in order loses the 1
   const Tensor a = Tensor::from_doubles({1e16, 1, -1e16, 0.1, 0.2, 0.3}, Shape{2, 3}, DType::f64);
