@@ -106,6 +106,14 @@ int main(int argc, char** argv) {
              kernels::add_row(sums, bias, sums);
              kernels::cast(sums, y);
            }), out_bytes);
+    // its backward's weight and bias gradients from dy = y: one GEMM (BGRADB) against GEMM + sum_rows
+    Tensor dw = Tensor::zeros(Shape{m, k}, DType::f32, dev), db = Tensor::zeros(Shape{m}, DType::f32, dev);
+    report("dW + db, one GEMM", median_ms([&] { kernels::matmul_weight_bias_grad(y, x, dw, db); }), out_bytes);
+    report("dW + db, GEMM + cast + sum_rows", median_ms([&] {
+             kernels::matmul(y, true, x, false, dw);
+             kernels::cast(y, sums);
+             kernels::sum_rows(sums, db);
+           }), out_bytes);
   }
   return 0;
 }

@@ -44,6 +44,9 @@ void flash_bf16_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
 // rounded once: one cuBLASLt GEMM (Note [bias in the epilogue] in linalg.cu); all contiguous.
 // False, with nothing done, where cuBLASLt has no kernel for it.
 bool matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
+// dw (m, k) f32 = dy (n, m)^T @ x (n, k) and db (m,) f32 = dy's column sums, dy and x bf16: one
+// cuBLASLt GEMM with the BGRADB epilogue; false, with nothing done, where it has no kernel.
+bool matmul_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db);
 
 // cross_entropy_rows keeps a long row in shared memory between its two reads (kKeep in
 // log_softmax.cu) unless this is switched off (tests and benchmarks compare the two: same bits).

@@ -267,73 +267,102 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out, boo
   else dispatch_float("matmul", a.dtype(), [&]<class T>() { launch.template operator()<T, T>(); });
 }
 
-// Note [bias in the epilogue]
-// out (n, m) bf16 = x (n, k) @ w (m, k)^T + bias (m,), the products of bf16 operands summed in f32,
-// the bias (f32 or bf16) added to the f32 sums and the result rounded once: one cuBLASLt GEMM with
-// the BIAS epilogue, where the same arithmetic in separate kernels writes the f32 sums, adds the
-// bias over them and casts (three more passes over the output, in f32). Column-major, the GEMM is
-// out^T (m, n) = w (k, m)^T @ x^T (k, n), every matrix its row-major self seen transposed; the
-// bias runs along out^T's rows. The algorithm is cuBLASLt's first by its heuristics, with the
-// workspace cuBLAS gets; where it has none (or the product is empty) this returns false and the
-// caller runs the separate kernels.
-bool matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
-  const int64_t n = x.dim(0), k = x.dim(1), m = w.dim(0);
-  if (n == 0 || m == 0 || k == 0) return false;  // the separate kernels' zeros and bias
-  DeviceContext& ctx = context(out);
+namespace {
+
+// One column-major cuBLASLt GEMM with an epilogue: d (m, n) = op(a) @ op(b), op(a) (m, k) and
+// op(b) (k, n), each operand given as stored (rows, cols, ld, its type), f32 sums; `vector` is the
+// epilogue's bias (read) or bias gradient (written). The algorithm is cuBLASLt's first by its
+// heuristics for these sizes and alignments, with the workspace cuBLAS gets; false, with nothing
+// done, where it has none.
+struct LtOperand {
+  const void* data;
+  cudaDataType type;
+  int64_t rows, cols;
+  bool transposed;
+};
+bool lt_gemm(DeviceContext& ctx, const LtOperand& a, const LtOperand& b, void* d, cudaDataType d_type, int64_t m,
+             int64_t n, cublasLtEpilogue_t epilogue, const void* vector, int32_t vector_type) {
   const CublasLtApi& lt = cublaslt_api();
   cublasLtHandle_t handle = cublaslt_for(ctx);
   // every descriptor destroyed on the way out, thrown or not
   cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   struct Release {
     const CublasLtApi& lt;
     cublasLtMatmulDesc_t& desc;
-    cublasLtMatrixLayout_t &la, &lb, &lc;
+    cublasLtMatrixLayout_t &la, &lb, &ld;
     cublasLtMatmulPreference_t& pref;
     ~Release() {
       if (pref) lt.pref_destroy(pref);
-      for (cublasLtMatrixLayout_t l : {la, lb, lc})
+      for (cublasLtMatrixLayout_t l : {la, lb, ld})
         if (l) lt.layout_destroy(l);
       if (desc) lt.desc_destroy(desc);
     }
-  } release{lt, desc, la, lb, lc, pref};
+  } release{lt, desc, la, lb, ld, pref};
   TG_CUBLAS_CHECK(lt.desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t transpose = CUBLAS_OP_T, plain = CUBLAS_OP_N;
-  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-  const void* bias_data = bias.raw_data();
-  const int32_t bias_type = bias.dtype() == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
-  TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &plain, sizeof plain));
+  const cublasOperation_t op_a = a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+  TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
   TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-  TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_data, sizeof bias_data));
-  TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type));
-  TG_CUBLAS_CHECK(lt.layout_create(&la, CUDA_R_16BF, static_cast<uint64_t>(k), static_cast<uint64_t>(m), k));
-  TG_CUBLAS_CHECK(lt.layout_create(&lb, CUDA_R_16BF, static_cast<uint64_t>(k), static_cast<uint64_t>(n), k));
-  TG_CUBLAS_CHECK(lt.layout_create(&lc, CUDA_R_16BF, static_cast<uint64_t>(m), static_cast<uint64_t>(n), m));
+  TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector, sizeof vector));
+  if (vector_type >= 0)
+    TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &vector_type, sizeof vector_type));
+  auto rows = [](int64_t r) { return static_cast<uint64_t>(r); };
+  TG_CUBLAS_CHECK(lt.layout_create(&la, a.type, rows(a.rows), rows(a.cols), a.rows));
+  TG_CUBLAS_CHECK(lt.layout_create(&lb, b.type, rows(b.rows), rows(b.cols), b.rows));
+  TG_CUBLAS_CHECK(lt.layout_create(&ld, d_type, rows(m), rows(n), m));
   TG_CUBLAS_CHECK(lt.pref_create(&pref));
   const uint64_t workspace = kLtWorkspace;
   TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
   // the operands' alignment, for the heuristics to choose only kernels that take it
   auto alignment = [](const void* ptr) {
-    uint32_t a = 256;
-    while (a > 2 && reinterpret_cast<uintptr_t>(ptr) % a != 0) a /= 2;
-    return a;
+    uint32_t v = 256;
+    while (v > 2 && reinterpret_cast<uintptr_t>(ptr) % v != 0) v /= 2;
+    return v;
   };
-  const uint32_t align_a = alignment(w.raw_data()), align_b = alignment(x.raw_data()),
-                 align_c = alignment(out.raw_data());
+  const uint32_t align_a = alignment(a.data), align_b = alignment(b.data), align_d = alignment(d);
   TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
   TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
-  TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c));
-  TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof align_c));
+  TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d));
+  TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
   cublasLtMatmulHeuristicResult_t best{};
   int found = 0;
-  TG_CUBLAS_CHECK(lt.heuristic(handle, desc, la, lb, lc, lc, pref, 1, &best, &found));
-  if (found == 0) return false;  // no kernel takes these sizes and alignments: the separate kernels do
+  TG_CUBLAS_CHECK(lt.heuristic(handle, desc, la, lb, ld, ld, pref, 1, &best, &found));
+  if (found == 0) return false;
   const float one = 1.0f, zero = 0.0f;
-  TG_CUBLAS_CHECK(lt.matmul(handle, desc, &one, w.raw_data(), la, x.raw_data(), lb, &zero, out.raw_data(), lc,
-                            out.raw_data(), lc, &best.algo, ctx.lt_workspace, kLtWorkspace, ctx.stream));
+  TG_CUBLAS_CHECK(lt.matmul(handle, desc, &one, a.data, la, b.data, lb, &zero, d, ld, d, ld, &best.algo,
+                            ctx.lt_workspace, kLtWorkspace, ctx.stream));
   return true;
+}
+
+}  // namespace
+
+// Note [bias in the epilogue]
+// Under autocast a linear with a bias multiplies bf16 operands, sums in f32, adds the bias to the
+// sums and rounds once; its backward's bias gradient is the column sums of dy. In separate kernels
+// the forward writes the f32 sums, adds the bias over them and casts (three more passes over the
+// output, in f32), and the backward widens dy and sums its columns (two more passes over dy).
+// cuBLASLt does both inside the GEMMs: the BIAS epilogue adds the bias to the f32 sums before the
+// one rounding, and the BGRADB epilogue of the weight's gradient sums dy's columns as the GEMM
+// reads them. Row-major matrices are their column-major transposes: the forward is out^T (m, n) =
+// w (k, m)^T @ x^T (k, n), the bias along out^T's rows; the weight's gradient is dW^T (k, m) =
+// x^T (k, n) @ dy (m, n)^T, whose reduction over n makes dy's column sums, a vector along dW^T's
+// columns. Where cuBLASLt has no kernel for the sizes (or the product is empty) these return false
+// and the caller runs the separate kernels.
+bool matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  const int64_t n = x.dim(0), k = x.dim(1), m = w.dim(0);
+  if (n == 0 || m == 0 || k == 0) return false;  // the separate kernels' zeros and bias
+  return lt_gemm(context(out), {w.raw_data(), CUDA_R_16BF, k, m, true}, {x.raw_data(), CUDA_R_16BF, k, n, false},
+                 out.raw_data(), CUDA_R_16BF, m, n, CUBLASLT_EPILOGUE_BIAS, bias.raw_data(),
+                 bias.dtype() == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F);
+}
+
+bool matmul_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db) {
+  const int64_t n = x.dim(0), k = x.dim(1), m = dy.dim(1);
+  if (n == 0 || m == 0 || k == 0) return false;
+  return lt_gemm(context(dw), {x.raw_data(), CUDA_R_16BF, k, n, false}, {dy.raw_data(), CUDA_R_16BF, m, n, true},
+                 dw.raw_data(), CUDA_R_32F, k, m, CUBLASLT_EPILOGUE_BGRADB, db.raw_data(), -1);
 }
 
 void matmul_fsum(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {

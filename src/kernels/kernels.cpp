@@ -162,6 +162,27 @@ void matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& o
   cast(sums, out);
 }
 
+void matmul_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db) {
+  const char* op = "linear";
+  if (dy.ndim() != 2 || x.ndim() != 2 || dw.ndim() != 2 || db.ndim() != 1 || dy.dim(0) != x.dim(0) ||
+      dw.dim(0) != dy.dim(1) || dw.dim(1) != x.dim(1) || db.dim(0) != dy.dim(1))
+    throw Error(std::string("[") + op + "] dy " + dy.shape().str() + " and x " + x.shape().str() +
+                " do not make the weight's gradient " + dw.shape().str() + " and the bias's " + db.shape().str());
+  if (dy.dtype() != DType::bf16 || x.dtype() != DType::bf16 || dw.dtype() != DType::f32 || db.dtype() != DType::f32)
+    throw Error(std::string("[") + op + "] the bias-gradient epilogue takes bf16 dy and x and f32 gradients, got " +
+                dtype_name(dy.dtype()) + ", " + dtype_name(x.dtype()) + ", " + dtype_name(dw.dtype()) + " and " +
+                dtype_name(db.dtype()));
+#if TAPEGRAD_WITH_CUDA
+  if (common_device(op, {&dy, &x, &dw, &db}).is_cuda() && cuda::matmul_weight_bias_grad(dy, x, dw, db)) return;
+#else
+  (void)common_device(op, {&dy, &x, &dw, &db});
+#endif
+  matmul(dy, true, x, false, dw);
+  Tensor wide = Tensor::empty(dy.shape(), DType::f32, dy.device());
+  cast(dy, wide);
+  sum_rows(wide, db);
+}
+
 void matmul_fsum(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {
   if (a.ndim() != 2 || b.ndim() != 2 || out.ndim() != 2)
     throw Error("[matmul_fsum] takes 2-D matrices, got a " + a.shape().str() + ", b " + b.shape().str() + " and out " +

@@ -88,6 +88,11 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
 // the epilogue] in src/cuda/linalg.cu, where cuBLASLt has a kernel for it); else matmul into f32
 // sums, add_row and cast. All contiguous; shapes that do not fit are an error naming them.
 void matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
+// The gradients of matmul_bias's weight and bias: dw (m, k) f32 = dy (n, m)^T @ x (n, k) and
+// db (m,) f32 = the column sums of dy, for bf16 dy and x. CUDA: one cuBLASLt GEMM whose BGRADB
+// epilogue sums dy's columns as it reads them, where cuBLASLt has a kernel for it; else matmul and
+// sum_rows over dy widened. All contiguous; shapes that do not fit are an error naming them.
+void matmul_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db);
 // out (n, m) = op(a) @ op(b), 2-D and f64 only, each cell the correctly rounded sum of its k
 // products, each product rounded on its own: the Python reference's math.fsum over them
 // (docs/tiny_step.md, "Arithmetic"); the same bits on every device. One exact sum per cell, so

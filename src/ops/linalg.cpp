@@ -230,12 +230,22 @@ Var linear(Var x, Var w, Var b) {
       kernels::matmul(dyc, false, Wc, false, dx);
       ctx.accumulate(0, dx.reshape(ctx.input(0).shape()));
     }
+    const bool with_bias = ctx.node().inputs.size() == 3 && ctx.needs_grad(2);
+    // bf16 products, an f32 weight and bias: both gradients from one GEMM (Note [bias in the epilogue])
+    if (with_bias && ctx.needs_grad(1) && xc.dtype() == DType::bf16 && ctx.input(1).dtype() == DType::f32 &&
+        ctx.input(2).dtype() == DType::f32) {
+      Tensor dW = like(ctx.input(1)), db = like(ctx.input(2));
+      kernels::matmul_weight_bias_grad(dyc, xc, dW, db);
+      ctx.accumulate(1, dW);
+      ctx.accumulate(2, db);
+      return;
+    }
     if (ctx.needs_grad(1)) {
       Tensor dW = like(ctx.input(1));
       kernels::matmul(dyc, true, xc, false, dW);
       ctx.accumulate(1, dW);
     }
-    if (ctx.node().inputs.size() == 3 && ctx.needs_grad(2)) {
+    if (with_bias) {
       const DType sums = ctx.input(2).dtype() == DType::bf16 ? DType::f32 : ctx.input(2).dtype();
       Tensor db = Tensor::empty(ctx.input(2).shape(), sums, dy.device());
       kernels::sum_rows(operand(dy, sums), db);

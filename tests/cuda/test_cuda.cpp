@@ -384,7 +384,7 @@ TEST_CASE("[gpu] bf16 casts give the CPU's bits; autocast's products the CPU's w
 // CPU's f32 sums, add_row and cast (bf16 results 2^-8 apart where f32 sums differ in a last bit),
 // and against CUDA's own separate kernels; sizes cuBLASLt may refuse (7 columns: rows of 14 bytes)
 // fall back to those kernels.
-TEST_CASE("[gpu] matmul_bias: bf16 x @ w^T + bias in one cuBLASLt GEMM, as the separate kernels compute it") {
+TEST_CASE("[gpu] matmul_bias and its gradients: one cuBLASLt GEMM each, as the separate kernels compute them") {
   struct Size {
     int64_t n, k, m;
   };
@@ -410,6 +410,13 @@ TEST_CASE("[gpu] matmul_bias: bf16 x @ w^T + bias in one cuBLASLt GEMM, as the s
       kernels::add_row(sums, bias32, sums);
       kernels::cast(sums, apart);
       check_close(apart.to(kCpu), back[3], 4e-3, what + ": one GEMM against CUDA's separate kernels");
+      if (bias_type == DType::bf16) continue;
+      // the backward's weight and bias gradients from one GEMM (BGRADB), against the CPU's matmul and sum_rows
+      const Tensor dy = bf(random({sz.n, sz.m}, DType::f32));
+      std::vector<Tensor> grads{dy, x, poisoned({sz.m, sz.k}, DType::f32), poisoned({sz.m}, DType::f32)};
+      auto gback = run_both(grads, [](std::vector<Tensor>& a) { kernels::matmul_weight_bias_grad(a[0], a[1], a[2], a[3]); });
+      check_close(grads[2], gback[2], 1e-5, what + ": dW against the CPU");
+      check_close(grads[3], gback[3], 1e-5, what + ": db against the CPU");
     }
 }
 

@@ -228,7 +228,7 @@ TEST_CASE("matmul with accumulate, bf16 operands: into f32 the f32 product added
   CHECK(c16.to_doubles() == want16.to_doubles());
 }
 
-TEST_CASE("matmul_bias: bf16 x @ w^T + bias, the bias added to the f32 sums and rounded once; its errors") {
+TEST_CASE("matmul_bias and its gradients: the bias added to the f32 sums and rounded once; dy's column sums; errors") {
   auto bf16 = [](const Tensor& t) {
     Tensor out = Tensor::empty(t.shape(), DType::bf16);
     kernels::cast(t, out);
@@ -251,6 +251,19 @@ TEST_CASE("matmul_bias: bf16 x @ w^T + bias, the bias added to the f32 sums and 
         "[linear] x (5, 7) @ w (3, 7)^T + bias (4,) does not make out (5, 3)");
   CHECK(testing::message_of([&] { kernels::matmul_bias(x, w, random({3}, DType::f64), out); }) ==
         "[linear] the bias epilogue takes bf16 x, w and out and an f32 or bf16 bias, got bf16, bf16, bf16 and f64");
+  // the gradients: dW = dy^T x and db = dy's column sums, as matmul and sum_rows over dy widened give them
+  const Tensor dy = bf16(random({5, 3}, DType::f32));
+  Tensor dw = Tensor::empty({3, 7}, DType::f32), db = Tensor::empty({3}, DType::f32);
+  Tensor want_dw = Tensor::empty({3, 7}, DType::f32), want_db = Tensor::empty({3}, DType::f32);
+  Tensor wide = Tensor::empty({5, 3}, DType::f32);
+  kernels::matmul_weight_bias_grad(dy, x, dw, db);
+  kernels::matmul(dy, true, x, false, want_dw);
+  kernels::cast(dy, wide);
+  kernels::sum_rows(wide, want_db);
+  CHECK(dw.to_doubles() == want_dw.to_doubles());
+  CHECK(db.to_doubles() == want_db.to_doubles());
+  CHECK(testing::message_of([&] { kernels::matmul_weight_bias_grad(dy, x, dw, want_dw); }) ==
+        "[linear] dy (5, 3) and x (5, 7) do not make the weight's gradient (3, 7) and the bias's (3, 7)");
 }
 
 TEST_CASE("matmul_fsum: each cell the correctly rounded sum of its rounded products, where BLAS's order is not") {
