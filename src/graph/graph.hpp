@@ -6,7 +6,9 @@
 //   reverse. No recursion, no topological sort: record order already is one.
 // - Gradient contributions meet in exactly one place, the BackwardContext::accumulate family. It
 //   adds by default and writes in the opt-in overwrite-bug mode (Note [overwrite-bug mode] in
-//   graph.cpp), and it is what a BackwardRecord (tape dumps) logs.
+//   graph.cpp), and it is what a BackwardRecord (tape dumps) logs. Its one door for speed,
+//   gradient_to_add_into, lets a fused backward add in place only where that is the same add
+//   (Note [adding into a gradient]).
 // - The engine knows no op: an op is a name, a forward that computed a tensor, and a backward rule.
 //   Built-in ops and users' custom ops (docs/custom-ops.md) are recorded the same way.
 // - Parameters live outside the tape (negative ids) and persist across clear(); their gradients
