@@ -498,7 +498,7 @@ int train(const TrainOptions& o) {
   for (; step < o.steps;) {
     const auto step_start = std::chrono::steady_clock::now();
     const bool replay_only = o.graph && captured != nullptr;
-    const Counts before = counts();
+    const Counts before = replay_only ? counts() : Counts{};
     const double lr = schedule.lr(step);
     adamw.set_lr(lr);
     if (sparse) sparse->set_lr(lr);

@@ -1151,6 +1151,8 @@ TEST_CASE("[gpu] wgmma probe: a b^T and a b through the attention's Wgmma policy
   for (double& x : bv) x = small(rng);
   const Tensor a = Tensor::from_doubles(av, Shape{64, 64}, DType::bf16), b = Tensor::from_doubles(bv, Shape{64, 64}, DType::bf16);
   Tensor c1, c2;
+  CHECK(message_of([&] { cuda::attention_wgmma_probe(a.to(kGpu), Tensor::zeros({64, 32}, DType::bf16, kGpu), c1, c2); }) ==
+        "[wgmma probe] takes (64, 64) bf16, not (64, 32) bf16");
   cuda::attention_wgmma_probe(a.to(kGpu), b.to(kGpu), c1, c2);
   const std::vector<double> got1 = c1.to(kCpu).to_doubles(), got2 = c2.to(kCpu).to_doubles();
   std::vector<double> abt(64 * 64, 0.0), ab(64 * 64, 0.0);

@@ -264,6 +264,9 @@ TEST_CASE("matmul_bias and its gradients: the bias added to the f32 sums and rou
   CHECK(db.to_doubles() == want_db.to_doubles());
   CHECK(testing::message_of([&] { kernels::matmul_weight_bias_grad(dy, x, dw, want_dw); }) ==
         "[linear] dy (5, 3) and x (5, 7) do not make the weight's gradient (3, 7) and the bias's (3, 7)");
+  Tensor dw16 = Tensor::empty({3, 7}, DType::bf16);
+  CHECK(testing::message_of([&] { kernels::matmul_weight_bias_grad(dy, x, dw16, db); }) ==
+        "[linear] the bias-gradient epilogue takes bf16 dy and x and f32 gradients, got bf16, bf16, bf16 and f32");
 }
 
 TEST_CASE("matmul_fsum: each cell the correctly rounded sum of its rounded products, where BLAS's order is not") {
