@@ -296,6 +296,15 @@ inline std::vector<OpCase> op_cases() {
     cases.push_back({"rms_norm", "no weight", {cube}, [](const V& v) { return ops::rms_norm(v[0], Var(), 1e-5); }});
     cases.push_back({"rms_norm", "3-D, weight", {cube, w4}, [](const V& v) { return ops::rms_norm(v[0], v[1]); }});
     cases.push_back({"rms_norm", "C = 1", {single, w1}, [](const V& v) { return ops::rms_norm(v[0], v[1]); }});
+    // the residual add and the norm after it, both outputs in the loss
+    cases.push_back({"add_layer_norm", "weight and bias", {cube, cube, w4, b4}, [](const V& v) {
+                       const ops::SumAndNorm o = ops::add_layer_norm(v[0], v[1], v[2], v[3]);
+                       return ops::mul(o.sum, o.normed);
+                     }});
+    cases.push_back({"add_rms_norm", "weight", {rows, rows, w5}, [](const V& v) {
+                       const ops::SumAndNorm o = ops::add_rms_norm(v[0], v[1], v[2]);
+                       return ops::mul(o.sum, o.normed);
+                     }});
     // a fresh generator of one seed in each build: the same mask every time the case is built
     cases.push_back({"dropout", "p = 0.3", {cube}, [](const V& v) {
                        Generator gen(20240601);

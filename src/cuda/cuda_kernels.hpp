@@ -48,6 +48,11 @@ bool matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& o
 // cuBLASLt GEMM with the BGRADB epilogue; false, with nothing done, where it has no kernel.
 bool matmul_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db);
 
+// kernels::add_norm_rows for f32 sums (a f32, r f32 or bf16; the facade runs the rest), one kernel
+// (Note [the add before a norm] in norm.cu).
+void add_norm_rows(kernels::Norm kind, const Tensor& a, const Tensor& r, const Tensor& weight, const Tensor& bias,
+                   double eps, Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd);
+
 // cross_entropy_rows keeps a long row in shared memory between its two reads (kKeep in
 // log_softmax.cu) unless this is switched off (tests and benchmarks compare the two: same bits).
 void set_cross_entropy_kept_rows(bool keep);

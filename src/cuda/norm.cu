@@ -16,6 +16,8 @@
 // - dropout: one thread per block of four elements, running the CPU's Philox (philox.hpp): the
 //   same mask and the same bits as the CPU.
 // - Sums that run out of ExactSum's partials are recorded (Note [kernel errors] in memory.cu).
+#include <type_traits>
+
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
 #include "tapegrad/cuda/exact_sum.cuh"
@@ -68,12 +70,34 @@ __device__ inline T affine(const NormRows<T, IO>& a, T v, int64_t j) {
   return v;
 }
 
-// y (n, m) and mean, rstd (n,), f32: one warp per row.
-template <class IO>
-__global__ void norm_forward_f32_kernel(NormRows<float, IO> a) {
+// Note [the add before a norm]
+// A transformer's residual stream is added to and then normalised: sum = a + r, y = norm(sum)
+// (kernels::add_norm_rows). Apart, the add writes sum and the norm reads it back from memory; here
+// the norm's warp makes its row's sum first (each lane its columns, a + r in f32 with r widened
+// exactly, as binary(add) does), writes it, and its later passes read the lane's own writes back,
+// from the cache. The sums are those of the add kernel and the rest is the norm kernel's code, so
+// the bits are those of the two kernels in turn. RowSum<void> is the plain norm.
+template <class R>
+struct RowSum {
+  const float* a;
+  const R* r;
+  float* sum;  // = the NormRows' x
+};
+template <>
+struct RowSum<void> {};
+
+// y (n, m) and mean, rstd (n,), f32: one warp per row; with R, its row of x made first as a + r.
+template <class IO, class R = void>
+__global__ void norm_forward_f32_kernel(NormRows<float, IO> a, RowSum<R> add = {}) {
   const int64_t warps = int64_t{gridDim.x} * blockDim.x / kNormWarp;
   const int lane = threadIdx.x % kNormWarp;
   for (int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kNormWarp; i < a.n; i += warps) {
+    if constexpr (!std::is_void_v<R>) {
+      const float* u = add.a + i * a.m;
+      const R* r = add.r + i * a.m;
+      float* s = add.sum + i * a.m;
+      for (int64_t j = lane; j < a.m; j += kNormWarp) s[j] = u[j] + kernels::convert<float>(r[j]);
+    }
     const float* x = a.x + i * a.m;
     double mean = 0.0;
     if (a.centered) {
@@ -407,6 +431,26 @@ void norm_rows(kernels::Norm kind, const Tensor& x, const Tensor& weight, const 
       norm_forward_f32_kernel<IO><<<warp_row_blocks(a.n), kBlock, 0, ctx.stream>>>(a);
     }
     TG_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void add_norm_rows(kernels::Norm kind, const Tensor& a, const Tensor& r, const Tensor& weight, const Tensor& bias,
+                   double eps, Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd) {
+  TG_CHECK(a.dtype() == DType::f32 && sum.dtype() == DType::f32 && (r.dtype() == DType::f32 || r.dtype() == DType::bf16),
+           "[add_norm_rows] f32 a and sum, f32 or bf16 r");
+  DeviceContext& ctx = context(a);
+  dispatch_rows(kind, sum, y, [&]<class T, class IO>() {
+    if constexpr (std::is_same_v<T, float>) {
+      const NormRows<float, IO> rows = rows_of<float, IO>(kind, sum, Tensor(), weight, bias, y, Tensor(), mean, rstd, eps);
+      if (rows.n == 0) return;
+      auto launch = [&]<class R>() {
+        const RowSum<R> add{cdata<float>(a), cdata<R>(r), mdata<float>(sum)};
+        norm_forward_f32_kernel<IO, R><<<warp_row_blocks(rows.n), kBlock, 0, ctx.stream>>>(rows, add);
+        TG_CUDA_CHECK_LAUNCH();
+      };
+      if (r.dtype() == DType::bf16) launch.template operator()<kernels::bf16>();
+      else launch.template operator()<float>();
+    }
   });
 }
 

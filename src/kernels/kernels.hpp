@@ -287,6 +287,12 @@ enum class Norm : uint8_t { layer, rms };  // layer: y = (x - mean) * rstd * w +
 // for f32 rows (autocast's activations: y the f32 result rounded once, dy widened exactly).
 void norm_rows(Norm kind, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
                Tensor& mean, Tensor& rstd);
+// sum = a + r (equal shapes: a f32 or f64, r a's dtype or bf16 with an f32 a), then norm_rows of
+// sum: the bits of binary(add) and norm_rows one after the other. CUDA's f32 rows make both in one
+// kernel, whose later passes read the sum back from the cache (Note [the add before a norm] in
+// src/cuda/norm.cu); elsewhere the two kernels run in turn.
+void add_norm_rows(Norm kind, const Tensor& a, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps,
+                   Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd);
 // With xhat = (x - mean) * rstd (rms: x * rstd) and g = dy * weight (dy without a weight), each of
 // dx = rstd * (g - mean_row(g) - xhat * mean_row(g * xhat)) (rms: without the mean_row(g) term),
 // dweight = sum over rows of dy * xhat and dbias = sum over rows of dy, into every output that is

@@ -52,6 +52,20 @@ void norm_rows(Norm kind, const Tensor& x, const Tensor& weight, const Tensor& b
   TG_NORM_CALL(cuda, norm_rows(kind, x, weight, bias, eps, y, mean, rstd));
 }
 
+void add_norm_rows(Norm kind, const Tensor& a, const Tensor& r, const Tensor& weight, const Tensor& bias, double eps,
+                   Tensor& sum, Tensor& y, Tensor& mean, Tensor& rstd) {
+  const bool cuda = on_cuda(norm_name(kind), {&a, &r, &weight, &bias, &sum, &y, &mean, &rstd});
+  TG_CHECK(a.shape() == r.shape() && sum.shape() == a.shape(), "[add_norm_rows] a, r and sum have one shape");
+#if TAPEGRAD_WITH_CUDA
+  if (cuda && sum.dtype() == DType::f32)
+    return cuda::add_norm_rows(kind, a, r, weight, bias, eps, sum, y, mean, rstd);
+#else
+  (void)cuda;
+#endif
+  binary(Binary::add, a, r, sum);
+  norm_rows(kind, sum, weight, bias, eps, y, mean, rstd);
+}
+
 void norm_rows_backward(Norm kind, const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd, Tensor& dx, Tensor& dweight, Tensor& dbias, bool dx_adds) {
   const bool cuda = on_cuda(norm_name(kind), {&dy, &x, &weight, &mean, &rstd, &dx, &dweight, &dbias});

@@ -121,6 +121,14 @@ Var LayerNorm::operator()(Var x) {
   return labelled(ops::layer_norm(x, weight, bias, eps));
 }
 
+ops::SumAndNorm LayerNorm::residual(Var x, Var r) {
+  const auto s = scope(x.graph());
+  need_last(where(), "x", x, dim);
+  ops::SumAndNorm out = ops::add_layer_norm(x, r, weight, bias, eps);
+  out.normed = labelled(out.normed);
+  return out;
+}
+
 // ---- RMSNorm over the last axis (ops::rms_norm)
 RMSNorm::RMSNorm(Factory& f, int64_t d, std::optional<double> e, bool elementwise_affine) : dim(d), eps(e) {
   need_positive("RMSNorm", "dim", d);
@@ -131,13 +139,25 @@ RMSNorm::RMSNorm(Factory& f, int64_t d, std::optional<double> e, bool elementwis
   }
 }
 
+// eps, or the machine epsilon of x's dtype (of the f32 it is normalised in, for an autocast bf16 x)
+double RMSNorm::eps_for(const Var& x) const {
+  if (eps) return *eps;
+  return x.dtype() == DType::f64 ? std::numeric_limits<double>::epsilon()
+                                 : static_cast<double>(std::numeric_limits<float>::epsilon());
+}
+
 Var RMSNorm::operator()(Var x) {
   const auto s = scope(x.graph());
   need_last(where(), "x", x, dim);
-  const double e = eps ? *eps
-                       : x.dtype() == DType::f64 ? std::numeric_limits<double>::epsilon()
-                                                 : static_cast<double>(std::numeric_limits<float>::epsilon());
-  return labelled(ops::rms_norm(x, weight, e));
+  return labelled(ops::rms_norm(x, weight, eps_for(x)));
+}
+
+ops::SumAndNorm RMSNorm::residual(Var x, Var r) {
+  const auto s = scope(x.graph());
+  need_last(where(), "x", x, dim);
+  ops::SumAndNorm out = ops::add_rms_norm(x, r, weight, eps_for(x));
+  out.normed = labelled(out.normed);
+  return out;
 }
 
 // ---- Dropout (ops::dropout; the identity in eval mode)
@@ -213,8 +233,9 @@ Block::Block(Factory& f, int64_t dim, int64_t heads, double p, bool bias, Activa
 
 Var Block::operator()(Var x, Var value_embed) {
   const auto s = scope(x.graph());
-  x = x + attn(ln_1(x), value_embed);
-  return labelled(x + mlp(ln_2(x)));
+  // x + attn(ln_1(x)), and ln_2 of that sum, from one pass over the stream (ops::add_layer_norm)
+  const auto [sum, h] = ln_2.residual(x, attn(ln_1(x), value_embed));
+  return labelled(sum + mlp(h));
 }
 
 }  // namespace tapegrad::nn

@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "tapegrad/nn/module.hpp"
+#include "tapegrad/ops/fused/norm.hpp"
 
 namespace tapegrad::nn {
 
@@ -46,6 +47,9 @@ class LayerNorm : public Module {
   LayerNorm(Factory& f, int64_t dim, double eps = 1e-5, bool elementwise_affine = true, bool bias = true);
   const char* kind() const override { return "LayerNorm"; }
   Var operator()(Var x);
+  // {x + r, this norm of it} (ops::add_layer_norm: one pass over a residual stream's rows); both
+  // nodes are recorded in this module's scope
+  ops::SumAndNorm residual(Var x, Var r);
   Var weight, bias;  // undefined without them
   int64_t dim;
   double eps;
@@ -57,9 +61,14 @@ class RMSNorm : public Module {
   RMSNorm(Factory& f, int64_t dim, std::optional<double> eps = std::nullopt, bool elementwise_affine = true);
   const char* kind() const override { return "RMSNorm"; }
   Var operator()(Var x);
+  // {x + r, this norm of it} (ops::add_rms_norm)
+  ops::SumAndNorm residual(Var x, Var r);
   Var weight;
   int64_t dim;
   std::optional<double> eps;
+
+ private:
+  double eps_for(const Var& x) const;
 };
 
 class Dropout : public Module {

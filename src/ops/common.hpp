@@ -78,5 +78,8 @@ DType promote(const char* op, const Tensor& a, const Tensor& b);
 // x, or x cast to f32 by a recorded to() when it is bf16: how an op with no bf16 kernel takes an
 // autocast activation (its result f32, as torch.autocast's f32 ops give).
 Var widened(Var x);
+// The record of a + b (equal shapes) whose value `sum` a fused kernel made: the node, name and
+// backward that ops::add would record (src/ops/elementwise.cpp).
+Var record_add(Graph& g, Tensor sum, Var a, Var b);
 
 }  // namespace tapegrad::ops::detail

@@ -95,6 +95,11 @@ Var compare_op(const char* op, Compare kind, Var a, Var b) {
 TG_BINARY_OPS(TG_BINARY_DEFINE)
 #undef TG_BINARY_DEFINE
 
+Var detail::record_add(Graph& g, Tensor sum, Var a, Var b) {
+  TG_CHECK(a.shape() == b.shape() && sum.shape() == a.shape(), "[add] a fused sum has its operands' shape");
+  return g.record("add", std::move(sum), {a, b}, &binary_rule<Binary::add>);
+}
+
 Var pow(Var x, double exponent) { return pow(x, constant(x.graph(), exponent, x.value())); }
 
 // x (s) * s -> (s);  dx = dy * s. A bf16 x is scaled in f32 and rounded back (Note [bf16 activations]).

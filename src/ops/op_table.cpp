@@ -67,6 +67,12 @@ const std::vector<OpInfo>& op_table() {
         {"rms_norm", "x (..., C), w (C,) -> (..., C); w optional",
          "y = xhat * w, xhat = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps), per row of C",
          "g = dy * w: dx = rstd * (g - xhat * mean(g * xhat)), dw = sum_rows(dy * xhat)"},
+        {"add_layer_norm", "x (..., C), r (x's shape or broadcast to it), w, b as layer_norm's -> {s, y}",
+         "s = x + r, y = layer_norm(s, w, b): the add's and the norm's nodes, one pass over the rows",
+         "the add's and layer_norm's rows: ds = dy's dx + the gradient of s, dx = ds, dr = ds"},
+        {"add_rms_norm", "x (..., C), r (x's shape or broadcast to it), w as rms_norm's -> {s, y}",
+         "s = x + r, y = rms_norm(s, w): the add's and the norm's nodes, one pass over the rows",
+         "the add's and rms_norm's rows: ds = dy's dx + the gradient of s, dx = ds, dr = ds"},
         {"dropout", "any", "y = x * mask / (1 - p), mask = Philox(seed, offset) >= p", "dx = dy * mask / (1 - p)"},
         // the cross-entropy of a linear layer in blocks of rows (ops/fused/linear_cross_entropy.cpp)
         {"linear_cross_entropy", "x (..., C), W (V, C), targets (...) int -> () mean/sum or (...) none",

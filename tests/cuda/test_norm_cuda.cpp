@@ -164,6 +164,36 @@ TEST_CASE("[gpu] layer_norm and rms_norm kernels: f64 the CPU's bits, f32 within
   }
 }
 
+// Note [the add before a norm]: the sum and the norm from one kernel have the bits of the add
+// kernel and the norm kernel in turn, on CUDA, for an f32 or a bf16 r and an f32 or a bf16 y.
+TEST_CASE("[gpu] add_norm_rows: the sum and the norm from one kernel, the bits of an add and a norm apart") {
+  for (const Shape s : {Shape{7, 1}, Shape{33, 45}, Shape{2050, 768}, Shape{3, 5, 3000}})
+    for (DType rt : {DType::f32, DType::bf16})
+      for (DType io : {DType::f32, DType::bf16})
+        for (kernels::Norm kind : {kernels::Norm::layer, kernels::Norm::rms})
+          for (int affine = 0; affine < 4; ++affine) {
+            if (kind == kernels::Norm::rms && (affine & 2)) continue;
+            const int64_t c = s[s.ndim() - 1], n = s.numel() / c;
+            const std::string what = std::string(kind == kernels::Norm::layer ? "layer " : "rms ") + s.str() + " r " +
+                                     dtype_name(rt) + " y " + dtype_name(io) + " affine " + std::to_string(affine);
+            const Tensor a = random(s, DType::f32, -3.0, 5.0).to(kGpu), r = random(s, rt).to(kGpu);
+            const Tensor w = affine & 1 ? random({c}, DType::f32).to(kGpu) : Tensor();
+            const Tensor b = affine & 2 ? random({c}, DType::f32).to(kGpu) : Tensor();
+            auto outputs = [&] {
+              return std::vector<Tensor>{Tensor::empty(s, DType::f32, kGpu), Tensor::empty(s, io, kGpu),
+                                         kind == kernels::Norm::layer ? Tensor::empty({n}, DType::f32, kGpu) : Tensor(),
+                                         Tensor::empty({n}, DType::f32, kGpu)};
+            };
+            std::vector<Tensor> one = outputs(), apart = outputs();
+            kernels::add_norm_rows(kind, a, r, w, b, 1e-5, one[0], one[1], one[2], one[3]);
+            kernels::binary(kernels::Binary::add, a, r, apart[0]);
+            kernels::norm_rows(kind, apart[0], w, b, 1e-5, apart[1], apart[2], apart[3]);
+            const char* names[] = {"sum", "y", "mean", "rstd"};
+            for (size_t k = 0; k < one.size(); ++k)
+              if (one[k].defined()) same_bits(apart[k].to(kCpu), one[k], what + " " + names[k]);
+          }
+}
+
 int main(int argc, char** argv) {
   const bool device = cuda::device_count() > 0;
   if (device) {

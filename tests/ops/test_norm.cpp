@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "bits.hpp"
@@ -190,6 +191,79 @@ TEST_CASE("layer_norm and rms_norm add dx into a residual stream's gradient: the
       for (const GradEvent& e : record.events) two_arrive |= e.kind == GradEvent::Kind::added;
       CHECK(two_arrive);
     }
+}
+
+// ops::add_layer_norm and add_rms_norm record the add and the norm that `s = x + r; norm(s)`
+// records, with the same values and gradients (bit for bit), whether one kernel made them (equal
+// shapes with an f32 sum, an autocast bf16 r) or the two ops ran (f64 here, a broadcast r, bf16
+// sums); a refusal is the add's or the norm's own.
+TEST_CASE("add_layer_norm and add_rms_norm: the nodes, values and gradients of an add and a norm") {
+  struct Case {
+    DType x, r;
+    Shape rs;
+    bool autocast;
+  };
+  const Shape s{3, 5, 37};
+  for (const Case k : {Case{DType::f32, DType::f32, s, false}, Case{DType::f64, DType::f64, s, false},
+                       Case{DType::f32, DType::bf16, s, true}, Case{DType::bf16, DType::f32, s, true},
+                       Case{DType::bf16, DType::bf16, s, true}, Case{DType::f32, DType::f32, Shape{37}, false},
+                       Case{DType::f32, DType::bf16, Shape{5, 1}, true}})
+    for (bool layer : {true, false}) {
+      CAPTURE(dtype_name(k.x));
+      CAPTURE(dtype_name(k.r));
+      CAPTURE(k.rs.str());
+      CAPTURE(layer);
+      const DType wide = k.x == DType::f64 ? DType::f64 : DType::f32;
+      auto run = [&](bool fused) {
+        Graph g;
+        std::optional<ops::Autocast> scope;
+        if (k.autocast) scope.emplace();
+        Var x0 = g.parameter(random(s, wide, 3)), r0 = g.parameter(random(k.rs, wide, 4));
+        Var w = g.parameter(random(Shape{37}, wide, 5)), b = g.parameter(random(Shape{37}, wide, 6));
+        // bf16 operands as autocast makes them: a recorded cast of an f32 parameter
+        Var x = ops::to(x0, k.x), r = ops::to(r0, k.r);
+        Var sum, y;
+        if (fused) {
+          const ops::SumAndNorm o = layer ? ops::add_layer_norm(x, r, w, b) : ops::add_rms_norm(x, r, w);
+          sum = o.sum;
+          y = o.normed;
+        } else {
+          sum = x + r;
+          y = layer ? ops::layer_norm(sum, w, b) : ops::rms_norm(sum, w);
+        }
+        std::vector<std::string> ops_recorded;
+        for (const auto& node : g.nodes()) ops_recorded.push_back(node.op);
+        const Var loss = ops::sum(ops::mul(ops::to(y, wide), g.input(random(s, wide, 7)))) +
+                         ops::sum(ops::mul(ops::to(sum, wide), g.input(random(s, wide, 8))));
+        g.backward(loss);
+        return std::make_pair(ops_recorded, std::vector<Tensor>{sum.value().clone(), y.value().clone(), x0.grad().clone(),
+                                                                r0.grad().clone(), w.grad().clone(), b.defined() && layer
+                                                                                                         ? b.grad().clone()
+                                                                                                         : Tensor()});
+      };
+      const auto [fused_ops, fused] = run(true);
+      const auto [apart_ops, apart] = run(false);
+      CHECK(fused_ops == apart_ops);
+      for (size_t i = 0; i < fused.size(); ++i) {
+        CAPTURE(i);
+        if (fused[i].defined()) CHECK(same_bytes(fused[i], apart[i]));
+      }
+    }
+}
+
+TEST_CASE("add_layer_norm and add_rms_norm refuse what the add or the norm refuses, by its message") {
+  Graph g;
+  Var x = g.parameter(random({2, 3, 4}, DType::f32, 20)), r = g.parameter(random({2, 3, 4}, DType::f32, 21));
+  Var w5 = g.parameter(random({5}, DType::f32, 22));
+  CHECK(message_of([&] { ops::add_layer_norm(x, r, w5); }) ==
+        "[layer_norm] weight (5,) does not match the last axis of x (2, 3, 4)");
+  CHECK(message_of([&] { ops::add_rms_norm(x, g.parameter(random({2, 4}, DType::f32, 23))); }) ==
+        message_of([&] { (void)(x + g.parameter(random({2, 4}, DType::f32, 23))); }));
+  CHECK(message_of([&] { ops::add_layer_norm(x, g.parameter(random({2, 3, 4}, DType::f64, 24))); }) ==
+        "[add] dtypes differ: f32 and f64");
+  Graph other;
+  CHECK(message_of([&] { ops::add_layer_norm(x, other.parameter(random({2, 3, 4}, DType::f32, 25))); }) ==
+        "[add_layer_norm] inputs belong to different graphs");
 }
 
 TEST_CASE("f32 layer_norm of wide rows follows f64") {

@@ -18,6 +18,7 @@
 
 #include "tapegrad/ops/autocast.hpp"
 #include "tapegrad/ops/common.hpp"
+#include "tapegrad/ops/ops.hpp"
 
 namespace tapegrad::ops {
 
@@ -90,24 +91,68 @@ BackwardFn backward_for(bool w, bool b) {
   else return b ? norm_backward<K, false, true> : norm_backward<K, false, false>;
 }
 
+// The statistics and the output of a norm of v: y (v's shape, in the compute dtype: under autocast
+// an f32 v is normalised into a bf16 y, Note [bf16 activations]), mean (layer_norm only) and rstd.
+struct Made {
+  Tensor y, mean, rstd;
+};
+template <Norm K>
+Made outputs_for(const Tensor& v, int64_t c) {
+  const Shape rows{v.numel() / c};
+  Made m{Tensor::empty(v.shape(), compute_dtype(v.dtype()), v.device()), Tensor(), empty_on(rows, v)};
+  if (K == Norm::layer) m.mean = empty_on(rows, v);
+  return m;
+}
+
+// The norm's node: x's normalised rows made, with their statistics, for its backward.
+template <Norm K>
+Var record_norm(Graph& g, Var x, Var weight, Var bias, Made m) {
+  const BackwardFn rule = backward_for<K>(weight.defined(), bias.defined());
+  std::array<Tensor, 2> saved = K == Norm::layer ? std::array<Tensor, 2>{m.mean, m.rstd} : std::array<Tensor, 2>{m.rstd, Tensor()};
+  const char* op = op_name(K);
+  if (weight.defined() && bias.defined()) return g.record(op, std::move(m.y), {x, weight, bias}, rule, std::move(saved));
+  if (weight.defined()) return g.record(op, std::move(m.y), {x, weight}, rule, std::move(saved));
+  if (bias.defined()) return g.record(op, std::move(m.y), {x, bias}, rule, std::move(saved));
+  return g.record(op, std::move(m.y), {x}, rule, std::move(saved));
+}
+
+Tensor value_or_none(const Var& v) { return v.defined() ? v.value() : Tensor(); }
+
 template <Norm K>
 Var norm(Var x, Var weight, Var bias, double eps) {
   int64_t c = 0;
   Graph& g = checked_graph(K, x, weight, bias, eps, &c);
-  const Tensor& v = x.value();
-  const Shape rows{v.numel() / c};
-  // under autocast an f32 x is normalised into a bf16 y (Note [bf16 activations])
-  Tensor y = Tensor::empty(v.shape(), compute_dtype(v.dtype()), v.device()), mean, rstd = empty_on(rows, v);
-  if (K == Norm::layer) mean = empty_on(rows, v);
-  const Tensor w = weight.defined() ? weight.value() : Tensor(), b = bias.defined() ? bias.value() : Tensor();
-  kernels::norm_rows(K, v, w, b, eps, y, mean, rstd);
-  const BackwardFn rule = backward_for<K>(weight.defined(), bias.defined());
-  std::array<Tensor, 2> saved = K == Norm::layer ? std::array<Tensor, 2>{mean, rstd} : std::array<Tensor, 2>{rstd, Tensor()};
-  const char* op = op_name(K);
-  if (weight.defined() && bias.defined()) return g.record(op, std::move(y), {x, weight, bias}, rule, std::move(saved));
-  if (weight.defined()) return g.record(op, std::move(y), {x, weight}, rule, std::move(saved));
-  if (bias.defined()) return g.record(op, std::move(y), {x, bias}, rule, std::move(saved));
-  return g.record(op, std::move(y), {x}, rule, std::move(saved));
+  Made m = outputs_for<K>(x.value(), c);
+  kernels::norm_rows(K, x.value(), value_or_none(weight), value_or_none(bias), eps, m.y, m.mean, m.rstd);
+  return record_norm<K>(g, x, weight, bias, std::move(m));
+}
+
+// x + r and its norm: the two nodes that `s = x + r` and `norm(s, ...)` record, with their values
+// made by one kernel where the sum is f32 of equal shapes on one device (x f32, r f32 or bf16, or
+// the other way round: a + r and r + a are the same f32 sums); anything else is that add and that
+// norm in turn (f64, bf16 sums, a broadcast r), the same values and errors either way.
+template <Norm K>
+SumAndNorm add_norm(Var x, Var r, Var weight, Var bias, double eps) {
+  graph_of(K == Norm::layer ? "add_layer_norm" : "add_rms_norm", {x, r});
+  const Tensor &u = x.value(), &v = r.value();
+  auto f32_with = [](const Tensor& a, const Tensor& b) {
+    return a.dtype() == DType::f32 && (b.dtype() == DType::f32 || b.dtype() == DType::bf16);
+  };
+  const bool one_kernel = u.shape() == v.shape() && u.device() == v.device() && (f32_with(u, v) || f32_with(v, u));
+  if (!one_kernel) {
+    Var s = ops::add(x, r);
+    return {s, norm<K>(widened(s), weight, bias, eps)};
+  }
+  const bool swap = u.dtype() != DType::f32;  // the f32 operand first
+  const Var& wide = swap ? r : x;
+  int64_t c = 0;
+  Graph& g = checked_graph(K, wide, weight, bias, eps, &c);
+  Tensor sum = like(wide.value());
+  Made m = outputs_for<K>(sum, c);
+  kernels::add_norm_rows(K, swap ? v : u, swap ? u : v, value_or_none(weight), value_or_none(bias), eps, sum, m.y,
+                         m.mean, m.rstd);
+  Var s = record_add(g, std::move(sum), x, r);
+  return {s, record_norm<K>(g, s, weight, bias, std::move(m))};
 }
 
 }  // namespace
@@ -118,5 +163,11 @@ Var norm(Var x, Var weight, Var bias, double eps) {
 Var layer_norm(Var x, Var weight, Var bias, double eps) { return norm<Norm::layer>(widened(x), weight, bias, eps); }
 
 Var rms_norm(Var x, Var weight, double eps) { return norm<Norm::rms>(widened(x), weight, Var(), eps); }
+
+SumAndNorm add_layer_norm(Var x, Var r, Var weight, Var bias, double eps) {
+  return add_norm<Norm::layer>(x, r, weight, bias, eps);
+}
+
+SumAndNorm add_rms_norm(Var x, Var r, Var weight, double eps) { return add_norm<Norm::rms>(x, r, weight, Var(), eps); }
 
 }  // namespace tapegrad::ops
