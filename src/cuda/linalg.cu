@@ -315,21 +315,26 @@ bool lt_gemm(DeviceContext& ctx, const LtOperand& a, const LtOperand& b, void* d
   TG_CUBLAS_CHECK(lt.pref_create(&pref));
   const uint64_t workspace = kLtWorkspace;
   TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
-  // the operands' alignment, for the heuristics to choose only kernels that take it
-  auto alignment = [](const void* ptr) {
+  // the operands' alignment, for the heuristics to choose only kernels that take it: what both the
+  // start and every column's start (ld elements on) are aligned to
+  auto alignment = [](const void* ptr, int64_t column_bytes) {
     uint32_t v = 256;
-    while (v > 2 && reinterpret_cast<uintptr_t>(ptr) % v != 0) v /= 2;
+    while (v > 1 && (reinterpret_cast<uintptr_t>(ptr) % v != 0 || column_bytes % v != 0)) v /= 2;
     return v;
   };
-  const uint32_t align_a = alignment(a.data), align_b = alignment(b.data), align_d = alignment(d);
+  auto bytes = [](cudaDataType t) { return t == CUDA_R_16BF ? 2 : 4; };
+  const uint32_t align_a = alignment(a.data, a.rows * bytes(a.type)), align_b = alignment(b.data, b.rows * bytes(b.type)),
+                 align_d = alignment(d, m * bytes(d_type));
   TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
   TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
   TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d));
   TG_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
   cublasLtMatmulHeuristicResult_t best{};
   int found = 0;
-  TG_CUBLAS_CHECK(lt.heuristic(handle, desc, la, lb, ld, ld, pref, 1, &best, &found));
-  if (found == 0) return false;
+  // no algorithm for these sizes, alignments and epilogue: cuBLASLt answers NOT_SUPPORTED, or
+  // INVALID_VALUE for some of them (rows of 14 bytes)
+  if (lt.heuristic(handle, desc, la, lb, ld, ld, pref, 1, &best, &found) != CUBLAS_STATUS_SUCCESS || found == 0)
+    return false;
   const float one = 1.0f, zero = 0.0f;
   TG_CUBLAS_CHECK(lt.matmul(handle, desc, &one, a.data, la, b.data, lb, &zero, d, ld, d, ld, &best.algo,
                             ctx.lt_workspace, kLtWorkspace, ctx.stream));

@@ -401,6 +401,10 @@ TEST_CASE("[gpu] matmul_bias and its gradients: one cuBLASLt GEMM each, as the s
       const Tensor b32 = random({sz.m}, DType::f32), bias = bias_type == DType::f32 ? b32 : bf(b32);
       std::vector<Tensor> args{x, w, bias, poisoned({sz.n, sz.m}, DType::bf16)};
       auto back = run_both(args, [](std::vector<Tensor>& a) { kernels::matmul_bias(a[0], a[1], a[2], a[3]); });
+      if (sz.k % 8 == 0 && sz.m % 8 == 0) {  // rows of 16-byte multiples: cuBLASLt has a kernel
+        Tensor lt = Tensor::empty({sz.n, sz.m}, DType::bf16, kGpu);
+        CHECK_MESSAGE(cuda::matmul_bias(x.to(kGpu), w.to(kGpu), bias.to(kGpu), lt), what << ": cuBLASLt ran it");
+      }
       check_close(args[3], back[3], 4e-3, what + ": CUDA against the CPU");
       // CUDA's separate kernels: f32 sums by cublasGemmEx, add_row, cast
       Tensor sums = Tensor::empty({sz.n, sz.m}, DType::f32, kGpu), apart = Tensor::empty({sz.n, sz.m}, DType::bf16, kGpu);
@@ -415,6 +419,10 @@ TEST_CASE("[gpu] matmul_bias and its gradients: one cuBLASLt GEMM each, as the s
       const Tensor dy = bf(random({sz.n, sz.m}, DType::f32));
       std::vector<Tensor> grads{dy, x, poisoned({sz.m, sz.k}, DType::f32), poisoned({sz.m}, DType::f32)};
       auto gback = run_both(grads, [](std::vector<Tensor>& a) { kernels::matmul_weight_bias_grad(a[0], a[1], a[2], a[3]); });
+      if (sz.k % 8 == 0 && sz.m % 8 == 0) {
+        Tensor dw = Tensor::empty({sz.m, sz.k}, DType::f32, kGpu), db = Tensor::empty({sz.m}, DType::f32, kGpu);
+        CHECK_MESSAGE(cuda::matmul_weight_bias_grad(dy.to(kGpu), x.to(kGpu), dw, db), what << ": cuBLASLt ran dW, db");
+      }
       check_close(grads[2], gback[2], 1e-5, what + ": dW against the CPU");
       check_close(grads[3], gback[3], 1e-5, what + ": db against the CPU");
     }
@@ -584,7 +592,7 @@ TEST_CASE("[gpu] cross_entropy_rows: a row kept in shared memory, the bits of a 
     DType z, grad;
     int64_t v;
   };
-  for (const Case& c : {Case{DType::bf16, DType::bf16, 50304}, Case{DType::bf16, DType::f32, 1028},
+  for (const Case& c : {Case{DType::bf16, DType::bf16, 50304}, Case{DType::bf16, DType::bf16, 1028},
                         Case{DType::f32, DType::f32, 4096}, Case{DType::f32, DType::bf16, 28000}}) {
     const int64_t n = 9;
     const std::string what = std::string(name(c.z)) + " logits (" + std::to_string(n) + ", " + std::to_string(c.v) +
@@ -1204,11 +1212,11 @@ TEST_CASE("[gpu] the attention's wgmma kernels (Hopper) against its mma.sync ker
         Var y;
         {
           ops::Autocast scope(DType::bf16);
-          y = ops::qkv_attention(bf16_qkv ? ops::to(qkv, DType::bf16) : qkv, s.h, s.causal);
+          y = ops::to(ops::qkv_attention(bf16_qkv ? ops::to(qkv, DType::bf16) : qkv, s.h, s.causal), DType::f32);
         }
-        g.backward(ops::sum(ops::mul(ops::to(y, DType::f32), g.input(r.to(kGpu)))));
+        g.backward(ops::sum(ops::mul(y, g.input(r.to(kGpu)))));
         cuda::set_attention_wgmma(was);
-        return std::vector<Tensor>{ops::to(y, DType::f32).value().to(kCpu), qkv.grad().to(kCpu)};
+        return std::vector<Tensor>{y.value().to(kCpu), qkv.grad().to(kCpu)};
       };
       const std::vector<Tensor> mma = run(false), wg = run(true), again = run(true);
       const std::string parts[] = {" forward", " d qkv"};
