@@ -5,8 +5,8 @@
 #   also with --graph (every step after the second a replay of one captured CUDA graph), each
 #   run's PyTorch parity (tests/gpt/parity.py over the same 100 batches, f32 bounds or bf16's), and
 #   PyTorch's own step time, eager f32, eager under torch.autocast(bf16) and torch.compile under
-#   autocast (the median of 50 steps each); then the same at GPT-2 124M's sizes (GPT2=0 skips it;
-#   SMALL=0 skips the small config).
+#   autocast (the median of 50 steps each); then the same at GPT-2 124M's sizes, and with 3
+#   value-embed planes (GPT2=0 skips them; SMALL=0 skips the small config).
 #
 #   BUILD=DIR LOGS=DIR bench/gpt_step.sh   (BUILD holds tests/gpt/gpt; LD_LIBRARY_PATH set by the caller)
 # Prints one line per measurement (PASS/FAIL for the parity checks); exit 0 when both parities pass.
@@ -69,5 +69,16 @@ for compile in "" --compile; do
     --bench-steps 20 $compile > "$logs/gpt2_torch$compile.log" 2>&1
   line "gpt2 124M, PyTorch ${compile:-eager} bf16" INFO \
     "$(grep -E 'torch (eager|.compile) step|step 1 (loss|gradients)' "$logs/gpt2_torch$compile.log" | cut -c1-110 | tr '\n' ' ')"
+done
+# and PyTorch's GPT-2 + 3 value-embed planes (a dense nn.Embedding, as the issue's anchor), from a
+# trace of tapegrad's dense mode (step 1's loss and gradients compared)
+timeout 300 "$gpt" train --config gpt2 --tokens random --device cuda --autocast bf16 --steps 2 \
+  --value-embeds 3 --value-embeds-dense --trace "$w/trace_gpt2_ve.safetensors" > "$logs/gpt2_ve_trace.log" 2>&1
+for compile in "" --compile; do
+  # shellcheck disable=SC2086
+  timeout 400 "$python" tests/gpt/parity.py "$w/trace_gpt2_ve.safetensors" --device cuda --autocast bf16 --steps 1 \
+    --bench-steps 20 $compile > "$logs/gpt2_ve_torch$compile.log" 2>&1
+  line "gpt2 124M + 3 value embeds, PyTorch ${compile:-eager} bf16" INFO \
+    "$(grep -E 'torch (eager|.compile) step|step 1 (loss|gradients)' "$logs/gpt2_ve_torch$compile.log" | cut -c1-110 | tr '\n' ' ')"
 done
 exit $status

@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   train->add_option("--dump-tape", t.dump_tape, "write the first step's tape here (for apps/tape)");
   train->add_option("--trace", t.trace, "for the PyTorch parity test: weights, batches, losses, first gradients");
   train->add_flag("--graph", t.graph, "CUDA: capture one training step as a CUDA graph and replay it for the others "
-                                      "(dropout 0, no value embeddings)");
+                                      "(dropout 0)");
   train->add_option("--sample", t.sample_tokens, "print a sample of N tokens at the end")->check(CLI::Range(0, 1000000));
 
   gpt::SampleOptions s;

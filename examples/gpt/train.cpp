@@ -334,8 +334,9 @@ int train(const TrainOptions& o) {
     refuse("--value-embeds " + std::to_string(c.value_embeds) + " is more than the " + std::to_string(c.layers) +
            " layers: plane p feeds layer p");
   if (o.checkpoint.empty() && (o.resume || o.save_every)) refuse("--resume and --save-every need --checkpoint FILE");
-  if (!o.trace.empty() && (c.dropout > 0 || c.value_embeds > 0))
-    refuse("--trace is for the PyTorch parity test (tests/gpt/parity.py): it needs --dropout 0 and no value embeddings");
+  if (!o.trace.empty() && (c.dropout > 0 || (c.value_embeds > 0 && c.ve_mode != ValueEmbeds::dense)))
+    refuse("--trace is for the PyTorch parity test (tests/gpt/parity.py): it needs --dropout 0, and value embeddings "
+           "only with --value-embeds-dense (PyTorch's AdamW is the dense one)");
   if (c.products == DType::bf16 && o.dtype != DType::f32)
     refuse("--autocast bf16 casts f32 products; it needs --dtype f32, not " + std::string(dtype_name(o.dtype)));
   const Device device = parse_device(o.device);
@@ -600,8 +601,8 @@ int train(const TrainOptions& o) {
     trace.emplace_back("y", Tensor::from_vector(trace_y, Shape{n, B, T}));
     trace.emplace_back("loss", Tensor::from_vector(trace_loss, Shape{n}));
     trace.emplace_back("lr", Tensor::from_vector(trace_lr, Shape{n}));
-    const std::vector<int64_t> shape{c.layers, c.heads, c.dim, c.block, c.batch};
-    trace.emplace_back("config", Tensor::from_vector(shape, Shape{5}));  // L, H, C, T, B
+    const std::vector<int64_t> shape{c.layers, c.heads, c.dim, c.block, c.batch, c.value_embeds};
+    trace.emplace_back("config", Tensor::from_vector(shape, Shape{6}));  // L, H, C, T, B, P
     nn::export_safetensors(o.trace, trace);
   }
   if (o.sample_tokens > 0) {

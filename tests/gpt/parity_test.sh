@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The PyTorch parity test of examples/gpt (parity.py has the checks): the tiny config in f32 for
-# 100 steps and in f64 for 10 (tapegrad's f64 step is slow on the CPU), each traced by
-# `gpt train --trace` and replayed in PyTorch. Exits 77 (meson's SKIP) when no Python imports torch.
+# 100 steps, with 2 value-embed planes (dense) for 30, and in f64 for 10 (tapegrad's f64 step is
+# slow on the CPU), each traced by `gpt train --trace` and replayed in PyTorch. Exits 77 (meson's SKIP) when no Python imports torch.
 #   parity_test.sh GPT PARITY.PY WORKDIR
 set -uo pipefail
 gpt=$1 parity=$2 work=$3
@@ -9,5 +9,8 @@ source "$(dirname "$0")/../skips.sh"
 need_torch "gpt parity"  # sets $python
 "$gpt" train --steps 100 --trace "$work/parity_f32.safetensors" > "$work/parity_f32.log" || exit 1
 "$python" "$parity" "$work/parity_f32.safetensors" || exit 1
+"$gpt" train --steps 30 --value-embeds 2 --value-embeds-dense --trace "$work/parity_ve.safetensors" \
+  > "$work/parity_ve.log" || exit 1
+"$python" "$parity" "$work/parity_ve.safetensors" || exit 1
 "$gpt" train --steps 10 --dtype f64 --trace "$work/parity_f64.safetensors" > "$work/parity_f64.log" || exit 1
 exec "$python" "$parity" "$work/parity_f64.safetensors"

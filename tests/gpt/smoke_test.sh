@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpt's paths in a few steps, for every build (the sanitizer builds included): train 3 steps with
 # value embeddings and dropout into a checkpoint, resume it to 5 (the same bytes as 5 at once),
-# the dense value embeddings, byte-level tokens, a sample with top-k, and one refusal.
+# the dense value embeddings, byte-level tokens, a sample with top-k, and two refusals.
 #   smoke_test.sh GPT WORKDIR
 set -euo pipefail
 gpt=$1 w=$2/smoke
@@ -19,4 +19,9 @@ rc=0
 "$gpt" train --steps 5 --checkpoint "$w/a.ckpt" > /dev/null 2>&1 || rc=$?
 [[ $rc == 2 ]] || fail "a fresh run over an existing checkpoint exited $rc, not 2"
 cmp -s "$w/a.ckpt" "$w/b.ckpt" || fail "the refused run changed the checkpoint"
-echo "gpt smoke: train, resume (same bytes), value embeddings sparse and dense, byte tokens, sample, a refusal: ok"
+rc=0
+"$gpt" train --steps 1 --value-embeds 1 --trace "$w/t.safetensors" > /dev/null 2> "$w/t.err" || rc=$?
+[[ $rc == 2 ]] || fail "a trace with sparse value embeddings exited $rc, not 2"
+grep -q 'value embeddings only with --value-embeds-dense' "$w/t.err" || fail "the trace refusal says: $(cat "$w/t.err")"
+[[ ! -e $w/t.safetensors ]] || fail "the refused trace run wrote its file"
+echo "gpt smoke: train, resume (same bytes), value embeddings sparse and dense, byte tokens, sample, two refusals: ok"
