@@ -61,24 +61,21 @@ for mode in "" --value-embeds-dense; do
   line "gpt2 124M + 3 value embeds ${mode:-sparse}, --graph" "$(grep -q '^median' "$logs/gpt2_ve$mode.log" && echo INFO || echo FAIL)" \
     "$(grep '^median' "$logs/gpt2_ve$mode.log" || tail -2 "$logs/gpt2_ve$mode.log")"
 done
-timeout 300 "$gpt" train --config gpt2 --tokens random --device cuda --autocast bf16 --steps 2 \
-  --trace "$w/trace_gpt2.safetensors" > "$logs/gpt2_trace.log" 2>&1
-for compile in "" --compile; do
-  # shellcheck disable=SC2086
-  timeout 400 "$python" tests/gpt/parity.py "$w/trace_gpt2.safetensors" --device cuda --autocast bf16 --steps 1 \
-    --bench-steps 20 $compile > "$logs/gpt2_torch$compile.log" 2>&1
-  line "gpt2 124M, PyTorch ${compile:-eager} bf16" INFO \
-    "$(grep -E 'torch (eager|.compile) step|step 1 (loss|gradients)' "$logs/gpt2_torch$compile.log" | cut -c1-110 | tr '\n' ' ')"
-done
-# and PyTorch's GPT-2 + 3 value-embed planes (a dense nn.Embedding, as the issue's anchor), from a
-# trace of tapegrad's dense mode (step 1's loss and gradients compared)
-timeout 300 "$gpt" train --config gpt2 --tokens random --device cuda --autocast bf16 --steps 2 \
-  --value-embeds 3 --value-embeds-dense --trace "$w/trace_gpt2_ve.safetensors" > "$logs/gpt2_ve_trace.log" 2>&1
-for compile in "" --compile; do
-  # shellcheck disable=SC2086
-  timeout 400 "$python" tests/gpt/parity.py "$w/trace_gpt2_ve.safetensors" --device cuda --autocast bf16 --steps 1 \
-    --bench-steps 20 $compile > "$logs/gpt2_ve_torch$compile.log" 2>&1
-  line "gpt2 124M + 3 value embeds, PyTorch ${compile:-eager} bf16" INFO \
-    "$(grep -E 'torch (eager|.compile) step|step 1 (loss|gradients)' "$logs/gpt2_ve_torch$compile.log" | cut -c1-110 | tr '\n' ' ')"
-done
+# PyTorch's side: a 2-step trace of tapegrad's run (step 1's loss and gradients compared), then
+# PyTorch's eager and compiled steps of the same model. torch_peer NAME [gpt train options]
+torch_peer() {
+  local name=$1; shift
+  timeout 300 "$gpt" train --config gpt2 --tokens random --device cuda --autocast bf16 --steps 2 "$@" \
+    --trace "$w/trace_$name.safetensors" > "$logs/${name}_trace.log" 2>&1
+  for compile in "" --compile; do
+    # shellcheck disable=SC2086
+    timeout 400 "$python" tests/gpt/parity.py "$w/trace_$name.safetensors" --device cuda --autocast bf16 --steps 1 \
+      --bench-steps 20 $compile > "$logs/${name}_torch$compile.log" 2>&1
+    line "$name, PyTorch ${compile:-eager} bf16" INFO \
+      "$(grep -E 'torch (eager|.compile) step|step 1 (loss|gradients)' "$logs/${name}_torch$compile.log" | cut -c1-110 | tr '\n' ' ')"
+  done
+}
+torch_peer gpt2
+# GPT-2 + 3 value-embed planes in a dense nn.Embedding (the issue's anchor), traced from the dense mode
+torch_peer gpt2_ve3 --value-embeds 3 --value-embeds-dense
 exit $status
