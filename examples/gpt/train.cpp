@@ -494,12 +494,13 @@ int train(const TrainOptions& o) {
 #endif
     return c;
   };
-  Counts in_replays;
+  Counts in_replays, in_updates;  // the replays; the sparse table's eager update after each
   int64_t replay_steps = 0;
   for (; step < o.steps;) {
     const auto step_start = std::chrono::steady_clock::now();
     const bool replay_only = o.graph && captured != nullptr;
     const Counts before = replay_only ? counts() : Counts{};
+    Counts replayed;  // counts() after the replay, before the sparse update
     const double lr = schedule.lr(step);
     adamw.set_lr(lr);
     if (sparse) sparse->set_lr(lr);
@@ -518,6 +519,7 @@ int train(const TrainOptions& o) {
         captured->replay();
         adamw.set_step_count(t + 1);
         loss_value = captured_loss;
+        if (replay_only) replayed = counts();
       }
       // the sparse table's update stays outside the graph: the pull learns how many rows it takes
       if (sparse) sparse->step(model.ve->weight.value(), ops::value_embed_pull(buffer));
@@ -546,8 +548,10 @@ int train(const TrainOptions& o) {
     const double value = loss_value.item();
     if (replay_only) {
       const Counts after = counts();
-      in_replays.mallocs += after.mallocs - before.mallocs;
-      in_replays.fallbacks += after.fallbacks - before.fallbacks;
+      in_replays.mallocs += replayed.mallocs - before.mallocs;
+      in_replays.fallbacks += replayed.fallbacks - before.fallbacks;
+      in_updates.mallocs += after.mallocs - replayed.mallocs;
+      in_updates.fallbacks += after.fallbacks - replayed.fallbacks;
       ++replay_steps;
     }
     step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count());
@@ -589,10 +593,16 @@ int train(const TrainOptions& o) {
     std::printf("median step %.2f ms over steps 11 to %lld (%.0f tokens/s)%s\n", median, static_cast<long long>(step),
                 static_cast<double>(B * T) / median * 1e3, peak.c_str());
   }
-  if (replay_steps > 0)
-    std::printf("%lld steps replayed the captured graph: %llu cudaMalloc calls and %llu host fallbacks in them\n",
+  if (replay_steps > 0) {
+    std::printf("%lld steps replayed the captured graph: %llu cudaMalloc calls and %llu host fallbacks in them",
                 static_cast<long long>(replay_steps), static_cast<unsigned long long>(in_replays.mallocs),
                 static_cast<unsigned long long>(in_replays.fallbacks));
+    // the pull's sizes follow the tokens a step touched: the caching allocator meets new ones
+    if (sparse)
+      std::printf("; the sparse table's update after each (eager): %llu cudaMalloc calls and %llu host fallbacks",
+                  static_cast<unsigned long long>(in_updates.mallocs), static_cast<unsigned long long>(in_updates.fallbacks));
+    std::printf("\n");
+  }
   if (first == o.steps) std::printf("%s is already at step %lld: nothing to train\n", o.checkpoint.c_str(),
                                     static_cast<long long>(step));
   if (!o.trace.empty()) {
