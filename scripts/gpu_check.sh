@@ -19,7 +19,8 @@
 # its expected file; bench/cuda_bench and the PyTorch baseline (bench/cuda_torch_baseline.py); the
 # N-d kernels' bandwidth (bench/nd_cuda_bench) and PyTorch's (bench/nd_torch.py); bench/attention_bench
 # against PyTorch's attention (bench/attention_torch.py);
-# test_cuda once more under compute-sanitizer memcheck; examples/gpt (scripts/gpu_gpt.sh). It ends with a short table; full logs go
+# test_cuda once more under compute-sanitizer memcheck; examples/gpt (scripts/gpu_gpt.sh). BENCH=0
+# runs the checks without the benchmarks. It ends with a short table; full logs go
 # to $OUT (the device tool brings them back) or ./gpu-check-logs. Exit status 0 when all passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -228,19 +229,22 @@ PY
   note "bob invocation (cuda, process)" INFO "$(( (t_end - t_start) / 5000000 )) ms per whole invocation (mean of 5)"
   rm -rf "$bobdir"
 
-  # 3. benchmarks (not timed tests)
-  timeout 90 "$build/bench/cuda_bench" 1000 2>&1 | tee "$logs/bench.txt"
-  echo "| with TAPEGRAD_CUDA_CHAINED=0 (plain launches): | | |" | tee -a "$logs/bench.txt"
-  TAPEGRAD_CUDA_CHAINED=0 timeout 90 "$build/bench/cuda_bench" 1000 2>&1 | grep -E "bob update|in a graph" |
-    sed 's/^| /| (plain) /' | tee -a "$logs/bench.txt"
-  timeout 120 python3 bench/cuda_torch_baseline.py 1000 2>&1 | tee -a "$logs/bench.txt"
-  # the N-d kernels' bandwidth against a device copy, then PyTorch's on the same ops
-  timeout 120 "$build/bench/nd_cuda_bench" 2>&1 | tee -a "$logs/bench.txt"
-  timeout 120 python3 bench/nd_torch.py 2>&1 | tee -a "$logs/bench.txt"
-  # the fused attention against PyTorch's scaled_dot_product_attention, (8, 16, 1024, 64)
-  timeout 120 "$build/bench/attention_bench" 20 2>&1 | tee -a "$logs/bench.txt"
-  timeout 150 python3 bench/attention_torch.py 20 2>&1 | tee -a "$logs/bench.txt"
-  note "benchmarks" INFO "see the table above ($logs/bench.txt)"
+  # 3. benchmarks (not timed tests; BENCH=0 leaves them out, for a call that has time for the checks alone)
+  : > "$logs/bench.txt"
+  if [[ ${BENCH:-1} != 0 ]]; then
+    timeout 90 "$build/bench/cuda_bench" 1000 2>&1 | tee "$logs/bench.txt"
+    echo "| with TAPEGRAD_CUDA_CHAINED=0 (plain launches): | | |" | tee -a "$logs/bench.txt"
+    TAPEGRAD_CUDA_CHAINED=0 timeout 90 "$build/bench/cuda_bench" 1000 2>&1 | grep -E "bob update|in a graph" |
+      sed 's/^| /| (plain) /' | tee -a "$logs/bench.txt"
+    timeout 120 python3 bench/cuda_torch_baseline.py 1000 2>&1 | tee -a "$logs/bench.txt"
+    # the N-d kernels' bandwidth against a device copy, then PyTorch's on the same ops
+    timeout 120 "$build/bench/nd_cuda_bench" 2>&1 | tee -a "$logs/bench.txt"
+    timeout 120 python3 bench/nd_torch.py 2>&1 | tee -a "$logs/bench.txt"
+    # the fused attention against PyTorch's scaled_dot_product_attention, (8, 16, 1024, 64)
+    timeout 120 "$build/bench/attention_bench" 20 2>&1 | tee -a "$logs/bench.txt"
+    timeout 150 python3 bench/attention_torch.py 20 2>&1 | tee -a "$logs/bench.txt"
+    note "benchmarks" INFO "see the table above ($logs/bench.txt)"
+  fi
 
   # 4. memcheck over the GPU test suite, less the test whose 1 PiB cudaMalloc fails on purpose
   # (memcheck counts a failed API call as an error)
