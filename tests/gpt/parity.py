@@ -9,8 +9,8 @@ TRACE is what `gpt train --trace TRACE --dropout 0` writes (train.cpp): tapegrad
 This script builds nanoGPT's GPT in PyTorch with the same names (model.hpp: no biases, LayerNorm
 without bias, exact GELU, the head tied to wte; with P > 0 value-embed planes, modded-nanogpt's
 v = v + ve_p in blocks 0..P-1, the planes one (P V, C) table "ve.weight" looked up densely, as
-`gpt train --value-embeds P --value-embeds-dense` does), loads the initial weights, and trains on the same
-batches with AdamW (betas 0.9 and 0.99, weight decay 0.1 on the matrices only, the traced rates)
+`gpt train --value-embeds P --value-embeds-dense` does), loads the initial weights, and trains on
+the same batches with AdamW (betas 0.9 and 0.99, weight decay 0.1 on the matrices only, the traced rates)
 and clip_grad_norm_ 1. Checks, in the trace's dtype:
   - the first step's loss within 1e-5 relative (f32) or 1e-10 (f64);
   - each parameter's first gradient within the same bound, relative in norm
@@ -123,8 +123,9 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
                             lr=1e-3, betas=(0.9, 0.99), eps=1e-8)
     steps = len(t["loss"]) if a.steps == 0 else min(a.steps, len(t["loss"]))
-    print(f"parity: GPT L{L} H{H} C{C} T{T} B{B} V{V}{f' P{P}' if P else ''} {str(dtype)[6:]}{' autocast bf16' if bf16 else ''} on {dev}, "
-          f"torch {torch.__version__}, {steps} steps")
+    planes = f" P{P}" if P else ""
+    print(f"parity: GPT L{L} H{H} C{C} T{T} B{B} V{V}{planes} {str(dtype)[6:]}{' autocast bf16' if bf16 else ''} "
+          f"on {dev}, torch {torch.__version__}, {steps} steps")
 
     def autocast():
         return torch.autocast(device_type=dev.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
