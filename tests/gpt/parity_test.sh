@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The PyTorch parity test of examples/gpt (parity.py has the checks): the tiny config in f32 for
 # 100 steps, with 2 value-embed planes (dense) for 30, and in f64 for 10 (tapegrad's f64 step is
-# slow on the CPU), each traced by `gpt train --trace` and replayed in PyTorch. Exits 77 (meson's SKIP) when no Python imports torch.
+# slow on the CPU), each traced by `gpt train --trace` and replayed in PyTorch. Exits 77 (meson's
+# SKIP) when no Python imports torch.
 #   parity_test.sh GPT PARITY.PY WORKDIR
 set -uo pipefail
 gpt=$1 parity=$2 work=$3

@@ -205,9 +205,9 @@ TEST_CASE("add_layer_norm and add_rms_norm: the nodes, values and gradients of a
   };
   const Shape s{3, 5, 37};
   for (const Case& k : {Case{DType::f32, DType::f32, s, false}, Case{DType::f64, DType::f64, s, false},
-                       Case{DType::f32, DType::bf16, s, true}, Case{DType::bf16, DType::f32, s, true},
-                       Case{DType::bf16, DType::bf16, s, true}, Case{DType::f32, DType::f32, Shape{37}, false},
-                       Case{DType::f32, DType::bf16, Shape{5, 1}, true}})
+                        Case{DType::f32, DType::bf16, s, true}, Case{DType::bf16, DType::f32, s, true},
+                        Case{DType::bf16, DType::bf16, s, true}, Case{DType::f32, DType::f32, Shape{37}, false},
+                        Case{DType::f32, DType::bf16, Shape{5, 1}, true}})
     for (bool layer : {true, false}) {
       CAPTURE(dtype_name(k.x));
       CAPTURE(dtype_name(k.r));
