@@ -40,8 +40,8 @@ void flash_bf16_backward(const Tensor& q, const Tensor& k, const Tensor& v, cons
                          const Tensor& lse, const kernels::AttentionLayout& at, int D, bool causal, double scale,
                          Tensor& dq, Tensor& dk, Tensor& dv);
 
-// out (n, m) bf16 = x (n, k) bf16 @ w (m, k)^T bf16 + bias (m,) f32 or bf16, summed in f32 and
-// rounded once: one cuBLASLt GEMM (Note [bias in the epilogue] in linalg.cu); all contiguous.
+// out (n, m) bf16 or f32 = x (n, k) bf16 @ w (m, k)^T bf16 + bias (m,) f32 or bf16, summed in f32
+// and rounded once: one cuBLASLt GEMM (Note [bias in the epilogue] in linalg.cu); all contiguous.
 // False, with nothing done, where cuBLASLt has no kernel for it.
 bool matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
 // dw (m, k) f32 = dy (n, m)^T @ x (n, k) and db (m,) f32 = dy's column sums, dy and x bf16: one

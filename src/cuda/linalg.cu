@@ -354,15 +354,16 @@ bool lt_gemm(DeviceContext& ctx, const LtOperand& a, const LtOperand& b, void* d
 // w (k, m)^T @ x^T (k, n), the bias along out^T's rows; the weight's gradient is dW^T (k, m) =
 // x^T (k, n) @ dy (m, n)^T, whose reduction over n makes dy's column sums, a vector along dW^T's
 // columns. Where cuBLASLt has no kernel for the sizes (or the product is empty) these return false
-// and the caller runs the separate kernels. cuBLASLt 13.0 has none that adds an f32 bias to sums it
-// rounds to bf16 (on the H200 it ran every aligned size with a bf16 bias and refused each with an
-// f32 one), so a linear whose bias is an f32 parameter takes the separate kernels in the forward;
-// its backward's BGRADB GEMM runs.
+// and the caller runs the separate kernels. cuBLASLt 13.0 has no kernel that adds an f32 bias to
+// sums it rounds to bf16 (on the H200 it ran every aligned size with a bf16 bias and refused each
+// with an f32 one): with the f32 bias of a model's f32 parameters the GEMM writes f32 sums with the
+// bias added and a cast rounds them, one pass fewer than the separate kernels, the same rounding.
 bool matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
   const int64_t n = x.dim(0), k = x.dim(1), m = w.dim(0);
   if (n == 0 || m == 0 || k == 0) return false;  // the separate kernels' zeros and bias
   return lt_gemm(context(out), {w.raw_data(), CUDA_R_16BF, k, m, true}, {x.raw_data(), CUDA_R_16BF, k, n, false},
-                 out.raw_data(), CUDA_R_16BF, m, n, CUBLASLT_EPILOGUE_BIAS, bias.raw_data(),
+                 out.raw_data(), out.dtype() == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F, m, n, CUBLASLT_EPILOGUE_BIAS,
+                 bias.raw_data(),
                  bias.dtype() == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F);
 }
 

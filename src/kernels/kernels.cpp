@@ -147,12 +147,20 @@ void matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& o
     throw Error(std::string("[") + op + "] the bias epilogue takes bf16 x, w and out and an f32 or bf16 bias, got " +
                 dtype_name(x.dtype()) + ", " + dtype_name(w.dtype()) + ", " + dtype_name(out.dtype()) + " and " +
                 dtype_name(bias.dtype()));
+  Tensor sums = Tensor::empty(out.shape(), DType::f32, out.device()), b32 = bias;
 #if TAPEGRAD_WITH_CUDA
-  if (common_device(op, {&x, &w, &bias, &out}).is_cuda() && cuda::matmul_bias(x, w, bias, out)) return;
+  // cuBLASLt rounds to bf16 in the epilogue with a bf16 bias; an f32 bias it adds to f32 sums, cast
+  // after (Note [bias in the epilogue])
+  if (common_device(op, {&x, &w, &bias, &out}).is_cuda()) {
+    if (bias.dtype() == DType::bf16 && cuda::matmul_bias(x, w, bias, out)) return;
+    if (bias.dtype() == DType::f32 && cuda::matmul_bias(x, w, bias, sums)) {
+      cast(sums, out);
+      return;
+    }
+  }
 #else
   (void)common_device(op, {&x, &w, &bias, &out});
 #endif
-  Tensor sums = Tensor::empty(out.shape(), DType::f32, out.device()), b32 = bias;
   if (bias.dtype() != DType::f32) {
     b32 = Tensor::empty(bias.shape(), DType::f32, bias.device());
     cast(bias, b32);

@@ -85,8 +85,8 @@ void matmul(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b
 // out (n, m) bf16 = x (n, k) @ w (m, k)^T + bias (m,), for bf16 x and w and an f32 or bf16 bias:
 // the products summed in f32, the bias added to the sums and the result rounded once, as
 // torch.autocast's linear with a bias. CUDA: one cuBLASLt GEMM with a bias epilogue (Note [bias in
-// the epilogue] in src/cuda/linalg.cu, where cuBLASLt has a kernel for it); else matmul into f32
-// sums, add_row and cast. All contiguous; shapes that do not fit are an error naming them.
+// the epilogue] in src/cuda/linalg.cu, where cuBLASLt has a kernel for it; with an f32 bias it writes
+// f32 sums and a cast rounds them); else matmul into f32 sums, add_row and cast. All contiguous; shapes that do not fit are an error naming them.
 void matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
 // The gradients of matmul_bias's weight and bias: dw (m, k) f32 = dy (n, m)^T @ x (n, k) and
 // db (m,) f32 = the column sums of dy, for bf16 dy and x. CUDA: one cuBLASLt GEMM whose BGRADB

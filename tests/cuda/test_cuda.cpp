@@ -401,12 +401,6 @@ TEST_CASE("[gpu] matmul_bias and its gradients: one cuBLASLt GEMM each, as the s
       const Tensor b32 = random({sz.m}, DType::f32), bias = bias_type == DType::f32 ? b32 : bf(b32);
       std::vector<Tensor> args{x, w, bias, poisoned({sz.n, sz.m}, DType::bf16)};
       auto back = run_both(args, [](std::vector<Tensor>& a) { kernels::matmul_bias(a[0], a[1], a[2], a[3]); });
-      // rows of 16-byte multiples with a bf16 bias: cuBLASLt has a kernel (13.0 has none that adds an
-      // f32 bias to sums it rounds to bf16: that case takes the separate kernels)
-      if (sz.k % 8 == 0 && sz.m % 8 == 0 && bias_type == DType::bf16) {
-        Tensor lt = Tensor::empty({sz.n, sz.m}, DType::bf16, kGpu);
-        CHECK_MESSAGE(cuda::matmul_bias(x.to(kGpu), w.to(kGpu), bias.to(kGpu), lt), what << ": cuBLASLt ran it");
-      }
       check_close(args[3], back[3], 4e-3, what + ": CUDA against the CPU");
       // CUDA's separate kernels: f32 sums by cublasGemmEx, add_row, cast
       Tensor sums = Tensor::empty({sz.n, sz.m}, DType::f32, kGpu), apart = Tensor::empty({sz.n, sz.m}, DType::bf16, kGpu);
@@ -416,6 +410,12 @@ TEST_CASE("[gpu] matmul_bias and its gradients: one cuBLASLt GEMM each, as the s
       kernels::add_row(sums, bias32, sums);
       kernels::cast(sums, apart);
       check_close(apart.to(kCpu), back[3], 4e-3, what + ": one GEMM against CUDA's separate kernels");
+      if (sz.k % 8 == 0 && sz.m % 8 == 0) {  // rows of 16-byte multiples: cuBLASLt has a kernel
+        // bf16 out with a bf16 bias, f32 out (the sums with the bias) with an f32 one
+        Tensor lt = Tensor::empty({sz.n, sz.m}, bias_type, kGpu);
+        CHECK_MESSAGE(cuda::matmul_bias(x.to(kGpu), w.to(kGpu), bias.to(kGpu), lt), what << ": cuBLASLt ran it");
+        if (bias_type == DType::f32) check_close(sums.to(kCpu), lt.to(kCpu), 1e-5, what + ": the f32 sums with the bias");
+      }
       if (bias_type == DType::bf16) continue;
       // the backward's weight and bias gradients from one GEMM (BGRADB), against the CPU's matmul and sum_rows
       const Tensor dy = bf(random({sz.n, sz.m}, DType::f32));
