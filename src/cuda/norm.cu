@@ -148,6 +148,25 @@ __global__ void norm_forward_f64_kernel(NormRows<double> a, ErrorSite site) {
   }
 }
 
+// The end of the backward kernels' column sums: the block's warps' f32 rows of sums (warps, m) in
+// shared memory, added in warp order in double, written as the block's partial sums (blocks, m).
+__device__ inline void block_column_sums(const float* sums_w, const float* sums_b, int warps, int64_t m,
+                                         double* partial_w, double* partial_b) {
+  for (int64_t j = threadIdx.x; j < m; j += blockDim.x) {
+    const int64_t at = int64_t{blockIdx.x} * m + j;
+    if (sums_w) {
+      double acc = 0.0;
+      for (int k = 0; k < warps; ++k) acc += static_cast<double>(sums_w[int64_t{k} * m + j]);
+      partial_w[at] = acc;
+    }
+    if (sums_b) {
+      double acc = 0.0;
+      for (int k = 0; k < warps; ++k) acc += static_cast<double>(sums_b[int64_t{k} * m + j]);
+      partial_b[at] = acc;
+    }
+  }
+}
+
 // Note [norm backward blocks]
 // The f32 backward, dx and the column sums in one pass. Block b takes rows_per_warp rows for each
 // of its warps, warp w rows (b W + w) rows_per_warp on, one at a time in order; a row is two
@@ -207,19 +226,120 @@ __global__ void norm_backward_f32_kernel(NormRows<float, IO> a, int rows_per_war
   }
   if (!partial_w && !partial_b) return;  // the whole block's choice
   __syncthreads();
-  for (int64_t j = threadIdx.x; j < a.m; j += blockDim.x) {
-    const int64_t at = int64_t{blockIdx.x} * a.m + j;
-    if (sums_w) {
-      double acc = 0.0;
-      for (int k = 0; k < warps; ++k) acc += static_cast<double>(sums_w[int64_t{k} * a.m + j]);
-      partial_w[at] = acc;
+  block_column_sums(sums_w, sums_b, warps, a.m, partial_w, partial_b);
+}
+
+// Note [norm backward in registers]
+// norm_backward_f32_kernel's work for rows of at most 128 K columns, m a multiple of 4 (a GPT's
+// 768): each lane keeps its columns of the row in registers, in chunks of four (lane l has chunks
+// l, l + 32, ..., up to K of them), read by one 16-byte load of x and one 16- or 8-byte load of dy
+// each, where the general kernel reads x and dy twice a row, four bytes at a time. The row's two
+// sums, dx and the column sums then run on the registers (the warp's column sums in shared memory,
+// four columns a 16-byte access). The column sums add in the general kernel's order (f32 down a
+// warp's rows in row order, the warps in double in warp order); the row sums add a lane's columns
+// in another order (in double), so dx may differ from the general kernel's in a last bit. Each
+// order is fixed by the shape: the same bits every run.
+template <class IO>
+__device__ inline void load4(const IO* p, int64_t quad, float (&v)[4]) {
+  if constexpr (std::is_same_v<IO, float>) {
+    const float4 q = reinterpret_cast<const float4*>(p)[quad];
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  } else {
+    const uint2 q = reinterpret_cast<const uint2*>(p)[quad];  // four bf16, widened exactly
+    v[0] = __uint_as_float(q.x << 16), v[1] = __uint_as_float(q.x & 0xffff0000u);
+    v[2] = __uint_as_float(q.y << 16), v[3] = __uint_as_float(q.y & 0xffff0000u);
+  }
+}
+
+template <class IO, int K>
+__global__ void __launch_bounds__(kBackwardWarps * kNormWarp)
+    norm_backward_f32_quads_kernel(NormRows<float, IO> a, int rows_per_warp, double* partial_w, double* partial_b) {
+  extern __shared__ float4 quads_shared[];  // (warps, m) sums of dy * xhat where wanted, then (warps, m) of dy
+  float* const columns = reinterpret_cast<float*>(quads_shared);
+  const int warps = blockDim.x / kNormWarp, warp = threadIdx.x / kNormWarp, lane = threadIdx.x % kNormWarp;
+  const int64_t quads = a.m / 4;
+  float* const sums_w = partial_w ? columns : nullptr;
+  float* const sums_b = partial_b ? columns + (partial_w ? int64_t{warps} * a.m : 0) : nullptr;
+  float4* const cw = sums_w ? reinterpret_cast<float4*>(sums_w + int64_t{warp} * a.m) : nullptr;
+  float4* const cb = sums_b ? reinterpret_cast<float4*>(sums_b + int64_t{warp} * a.m) : nullptr;
+  for (int64_t q = lane; q < quads; q += kNormWarp) {
+    if (cw) cw[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (cb) cb[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  // g = dy * w (dy where there is no weight), w read again where it is used: the cache holds it
+  auto g_of = [&](int64_t q, const float (&d)[4], float (&g)[4]) {
+    float w[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    if (a.w) load4(a.w, q, w);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) g[e] = a.w ? d[e] * w[e] : d[e];
+  };
+  const int64_t first = (int64_t{blockIdx.x} * warps + warp) * rows_per_warp;
+  const int64_t last = first + rows_per_warp < a.n ? first + rows_per_warp : a.n;
+  for (int64_t i = first; i < last; ++i) {
+    const float mean = a.centered ? a.mean[i] : 0.0f, rstd = a.rstd[i];
+    float xhat[K][4], d[K][4];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t q = lane + int64_t{k} * kNormWarp;
+      if (q >= quads) continue;
+      load4(a.x + i * a.m, q, xhat[k]);
+      load4(a.dy + i * a.m, q, d[k]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) xhat[k][e] = xhat_of(a, xhat[k][e], mean, rstd);
     }
-    if (sums_b) {
-      double acc = 0.0;
-      for (int k = 0; k < warps; ++k) acc += static_cast<double>(sums_b[int64_t{k} * a.m + j]);
-      partial_b[at] = acc;
+    if (a.dx) {
+      double part_g = 0.0, part_gx = 0.0;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int64_t q = lane + int64_t{k} * kNormWarp;
+        if (q >= quads) continue;
+        float g[4];
+        g_of(q, d[k], g);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          part_g += static_cast<double>(g[e]);
+          part_gx += static_cast<double>(g[e] * xhat[k][e]);  // the f32 product, as the CPU's
+        }
+      }
+      const double sum_g = a.centered ? lanes_sum(part_g) : 0.0, sum_gx = lanes_sum(part_gx);
+      const float mean_g = static_cast<float>(sum_g / static_cast<double>(a.m));
+      const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(a.m));
+      float4* dx = reinterpret_cast<float4*>(a.dx + i * a.m);
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int64_t q = lane + int64_t{k} * kNormWarp;
+        if (q >= quads) continue;
+        float g[4], v[4];
+        g_of(q, d[k], g);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          v[e] = a.centered ? rstd * ((g[e] - mean_g) - xhat[k][e] * mean_gx) : rstd * (g[e] - xhat[k][e] * mean_gx);
+        if (a.dx_adds) {
+          const float4 prior = dx[q];
+          v[0] = prior.x + v[0], v[1] = prior.y + v[1], v[2] = prior.z + v[2], v[3] = prior.w + v[3];
+        }
+        dx[q] = make_float4(v[0], v[1], v[2], v[3]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t q = lane + int64_t{k} * kNormWarp;
+      if (q >= quads) continue;
+      if (cw) {
+        float4 c = cw[q];
+        c.x += d[k][0] * xhat[k][0], c.y += d[k][1] * xhat[k][1], c.z += d[k][2] * xhat[k][2], c.w += d[k][3] * xhat[k][3];
+        cw[q] = c;
+      }
+      if (cb) {
+        float4 c = cb[q];
+        c.x += d[k][0], c.y += d[k][1], c.z += d[k][2], c.w += d[k][3];
+        cb[q] = c;
+      }
     }
   }
+  if (!partial_w && !partial_b) return;  // the whole block's choice
+  __syncthreads();
+  block_column_sums(sums_w, sums_b, warps, a.m, partial_w, partial_b);
 }
 
 // dx (n, m) when dx is set, and prod (n, m) = dy * xhat when prod is set, f64: one thread per row.
@@ -400,8 +520,21 @@ void backward_f32(const NormRows<float, IO>& a, Tensor& dweight, Tensor& dbias, 
   }
   if (a.dx || fused) {
     const size_t shared = fused ? static_cast<size_t>(int64_t{warps} * row_bytes) : 0;
-    norm_backward_f32_kernel<IO><<<static_cast<unsigned>(blocks), warps * kNormWarp, shared, stream>>>(
-        a, rows_per_warp, fused ? partial_w : nullptr, fused ? partial_b : nullptr);
+    const dim3 grid(static_cast<unsigned>(blocks)), block(static_cast<unsigned>(warps * kNormWarp));
+    double *pw = fused ? partial_w : nullptr, *pb = fused ? partial_b : nullptr;
+    // rows in registers (Note [norm backward in registers]) where they are whole 16-byte quads
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const int64_t quads_per_lane = (a.m / 4 + kNormWarp - 1) / kNormWarp;
+    const bool quads = a.m % 4 == 0 && quads_per_lane <= 8 && aligned(a.x) && aligned(a.dy) &&
+                       (!a.w || aligned(a.w)) && (!a.dx || aligned(a.dx));
+    auto launch = [&]<int K>() {
+      norm_backward_f32_quads_kernel<IO, K><<<grid, block, shared, stream>>>(a, rows_per_warp, pw, pb);
+    };
+    if (!quads) norm_backward_f32_kernel<IO><<<grid, block, shared, stream>>>(a, rows_per_warp, pw, pb);
+    else if (quads_per_lane <= 2) launch.template operator()<2>();
+    else if (quads_per_lane <= 4) launch.template operator()<4>();
+    else if (quads_per_lane <= 6) launch.template operator()<6>();
+    else launch.template operator()<8>();
     TG_CUDA_CHECK_LAUNCH();
   }
   if (sums == 0) return;

@@ -112,8 +112,10 @@ TEST_CASE("[gpu] layer_norm and rms_norm kernels: f64 the CPU's bits, f32 within
   // one row of one; warps' strided columns with a tail; many rows (many blocks of the backward's
   // column sums, a last one short); wide rows (fewer warps a block); rows too wide for the
   // backward's shared memory with a weight and a bias (Note [norm backward blocks]: the column
-  // kernel's path) but not with a weight alone; a GPT's rows
-  for (const Rows r : {Rows{7, 1}, Rows{33, 45}, Rows{5000, 96}, Rows{40, 3000}, Rows{70, 7000}, Rows{2050, 768}}) {
+  // kernel's path) but not with a weight alone; a GPT's rows; rows in registers (Note [norm
+  // backward in registers]) of each chunk count, 260 leaving lanes without a last chunk
+  for (const Rows r : {Rows{7, 1}, Rows{33, 45}, Rows{5000, 96}, Rows{40, 3000}, Rows{70, 7000}, Rows{2050, 768},
+                       Rows{65, 260}, Rows{300, 512}, Rows{129, 1024}}) {
     for (DType t : {DType::f64, DType::f32}) {
       // y and dy: x's dtype, or bf16 for f32 rows (autocast's activations)
       for (DType io : {t, DType::bf16}) {
