@@ -251,6 +251,78 @@ __device__ inline void load4(const IO* p, int64_t quad, float (&v)[4]) {
   }
 }
 
+template <class IO>
+__device__ inline void store4(IO* p, int64_t quad, const float (&v)[4]) {
+  if constexpr (std::is_same_v<IO, float>) {
+    reinterpret_cast<float4*>(p)[quad] = make_float4(v[0], v[1], v[2], v[3]);
+  } else {  // each rounded to bf16 as kernels::convert rounds it
+    const auto pack = [](float lo, float hi) {
+      return static_cast<uint32_t>(kernels::to_bf16(lo).bits) | static_cast<uint32_t>(kernels::to_bf16(hi).bits) << 16;
+    };
+    reinterpret_cast<uint2*>(p)[quad] = make_uint2(pack(v[0], v[1]), pack(v[2], v[3]));
+  }
+}
+
+// Note [norm forward in registers]
+// norm_forward_f32_kernel's work for rows of at most 128 K columns, m a multiple of 4: each lane
+// reads its chunks of four columns once (16-byte loads; with R the sum a + r made and written
+// first), keeps them in registers for the mean, the variance and y, and writes y four columns at a
+// time, where the general kernel reads its row three times, four bytes at a time. The sums add a
+// lane's columns in another order than the general kernel's (in double), so y, mean and rstd may
+// differ from its in a last bit; the sum a + r has its bits (one f32 add, r widened exactly).
+template <class IO, class R, int K>
+__global__ void norm_forward_f32_quads_kernel(NormRows<float, IO> a, RowSum<R> add) {
+  const int64_t warps = int64_t{gridDim.x} * blockDim.x / kNormWarp, quads = a.m / 4;
+  const int lane = threadIdx.x % kNormWarp;
+  for (int64_t i = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kNormWarp; i < a.n; i += warps) {
+    float x[K][4];
+    double part = 0.0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t q = lane + int64_t{k} * kNormWarp;
+      if (q >= quads) continue;
+      if constexpr (!std::is_void_v<R>) {
+        float r[4];
+        load4(add.a + i * a.m, q, x[k]);
+        load4(add.r + i * a.m, q, r);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[k][e] = x[k][e] + r[e];
+        store4(add.sum + i * a.m, q, x[k]);
+      } else {
+        load4(a.x + i * a.m, q, x[k]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) part += static_cast<double>(x[k][e]);
+    }
+    const double mean = a.centered ? lanes_sum(part) / static_cast<double>(a.m) : 0.0;
+    part = 0.0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      if (lane + int64_t{k} * kNormWarp >= quads) continue;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const double d = static_cast<double>(x[k][e]) - mean;
+        part += d * d;
+      }
+    }
+    const double var = lanes_sum(part) / static_cast<double>(a.m);
+    const float mean_t = static_cast<float>(mean), rstd_t = static_cast<float>(1.0 / sqrt(var + a.eps));
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t q = lane + int64_t{k} * kNormWarp;
+      if (q >= quads) continue;
+      float v[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = affine(a, xhat_of(a, x[k][e], mean_t, rstd_t), 4 * q + e);
+      store4(a.y + i * a.m, q, v);
+    }
+    if (lane == 0) {
+      if (a.mean) a.mean[i] = mean_t;
+      a.rstd[i] = rstd_t;
+    }
+  }
+}
+
 template <class IO, int K>
 __global__ void __launch_bounds__(kBackwardWarps * kNormWarp)
     norm_backward_f32_quads_kernel(NormRows<float, IO> a, int rows_per_warp, double* partial_w, double* partial_b) {
@@ -550,6 +622,26 @@ void backward_f32(const NormRows<float, IO>& a, Tensor& dweight, Tensor& dbias, 
   }
 }
 
+// The f32 forward: rows in registers where they are whole 16-byte quads (Note [norm forward in
+// registers]), else the general kernel.
+template <class IO, class R>
+void forward_f32(const NormRows<float, IO>& a, const RowSum<R>& add, cudaStream_t stream) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const int64_t quads_per_lane = (a.m / 4 + kNormWarp - 1) / kNormWarp;
+  bool quads = a.m % 4 == 0 && quads_per_lane <= 8 && aligned(a.x) && aligned(a.y) && (!a.w || aligned(a.w)) &&
+               (!a.b || aligned(a.b));
+  if constexpr (!std::is_void_v<R>) quads = quads && aligned(add.a) && aligned(add.r) && aligned(add.sum);
+  auto launch = [&]<int K>() {
+    norm_forward_f32_quads_kernel<IO, R, K><<<warp_row_blocks(a.n), kBlock, 0, stream>>>(a, add);
+  };
+  if (!quads) norm_forward_f32_kernel<IO, R><<<warp_row_blocks(a.n), kBlock, 0, stream>>>(a, add);
+  else if (quads_per_lane <= 2) launch.template operator()<2>();
+  else if (quads_per_lane <= 4) launch.template operator()<4>();
+  else if (quads_per_lane <= 6) launch.template operator()<6>();
+  else launch.template operator()<8>();
+  TG_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void norm_rows(kernels::Norm kind, const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, Tensor& y,
@@ -560,10 +652,10 @@ void norm_rows(kernels::Norm kind, const Tensor& x, const Tensor& weight, const 
     if (a.n == 0) return;
     if constexpr (std::is_same_v<T, double>) {
       norm_forward_f64_kernel<<<blocks_for(a.n, 64), 64, 0, ctx.stream>>>(a, ctx.error_site(norm_name(kind), 0, 0));
+      TG_CUDA_CHECK_LAUNCH();
     } else {
-      norm_forward_f32_kernel<IO><<<warp_row_blocks(a.n), kBlock, 0, ctx.stream>>>(a);
+      forward_f32(a, RowSum<void>{}, ctx.stream);
     }
-    TG_CUDA_CHECK_LAUNCH();
   });
 }
 
@@ -577,9 +669,7 @@ void add_norm_rows(kernels::Norm kind, const Tensor& a, const Tensor& r, const T
       const NormRows<float, IO> rows = rows_of<float, IO>(kind, sum, Tensor(), weight, bias, y, Tensor(), mean, rstd, eps);
       if (rows.n == 0) return;
       auto launch = [&]<class R>() {
-        const RowSum<R> add{cdata<float>(a), cdata<R>(r), mdata<float>(sum)};
-        norm_forward_f32_kernel<IO, R><<<warp_row_blocks(rows.n), kBlock, 0, ctx.stream>>>(rows, add);
-        TG_CUDA_CHECK_LAUNCH();
+        forward_f32(rows, RowSum<R>{cdata<float>(a), cdata<R>(r), mdata<float>(sum)}, ctx.stream);
       };
       if (r.dtype() == DType::bf16) launch.template operator()<kernels::bf16>();
       else launch.template operator()<float>();

@@ -169,7 +169,7 @@ TEST_CASE("[gpu] layer_norm and rms_norm kernels: f64 the CPU's bits, f32 within
 // Note [the add before a norm]: the sum and the norm from one kernel have the bits of the add
 // kernel and the norm kernel in turn, on CUDA, for an f32 or a bf16 r and an f32 or a bf16 y.
 TEST_CASE("[gpu] add_norm_rows: the sum and the norm from one kernel, the bits of an add and a norm apart") {
-  for (const Shape s : {Shape{7, 1}, Shape{33, 45}, Shape{2050, 768}, Shape{3, 5, 3000}})
+  for (const Shape s : {Shape{7, 1}, Shape{33, 45}, Shape{2050, 768}, Shape{65, 260}, Shape{3, 5, 3000}})
     for (DType rt : {DType::f32, DType::bf16})
       for (DType io : {DType::f32, DType::bf16})
         for (kernels::Norm kind : {kernels::Norm::layer, kernels::Norm::rms})
