@@ -311,6 +311,17 @@ inline unsigned blocks_for(int64_t n, int block = kBlock) {
   return static_cast<unsigned>(std::min<int64_t>((n + block - 1) / block, 4096));
 }
 
+// ---- copies into shared memory that skip the registers (PTX cp.async)
+
+__device__ inline uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+// 16 bytes from device memory (src 16-byte aligned, cached in L2 only) to shared memory, in flight
+// until the thread waits on them; the thread's loads stay free to issue meanwhile.
+__device__ inline void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst)), "l"(src));
+}
+// Every copy this thread issued has landed and is visible to it (to the block after a barrier).
+__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 // 2^x by the multi-function unit alone (ex2.approx.ftz: about 2^-22 relative; results below
 // 2^-126 flush to 0): for softmax probabilities, where exp2f's extra instructions for subnormal
 // results cost more than the exponentials themselves (the flash attention's and cross-entropy's).

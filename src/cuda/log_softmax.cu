@@ -228,6 +228,39 @@ __device__ inline four_t<Z> load_raw(const Z* x, int64_t j) { return reinterpret
 template <class Z>
 __device__ inline float4 load_four(const Z* x, int64_t j) { return widen(load_raw(x, j)); }
 
+// The 16 bytes of logits at `raw` as f32: four f32 or eight bf16 (each widened exactly).
+template <class Z>
+__device__ inline void widen16(const uint4& raw, float (&x)[16 / sizeof(Z)]) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (sizeof(Z) == 4) {
+      x[k] = __uint_as_float(w[k]);
+    } else {
+      x[2 * k] = __uint_as_float(w[k] << 16);
+      x[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+  }
+}
+
+// E gradients stored as their bytes (8, 16 or 32 of them) by 8- or 16-byte writes.
+template <class G, int E>
+__device__ inline void store_words(G* dst, const G (&out)[E]) {
+  constexpr int kWords = E * static_cast<int>(sizeof(G)) / 4;
+  uint32_t w[kWords];
+#pragma unroll
+  for (int k = 0; k < kWords; ++k) {
+    if constexpr (sizeof(G) == 4) w[k] = __float_as_uint(out[k]);
+    else w[k] = static_cast<uint32_t>(out[2 * k].bits) | static_cast<uint32_t>(out[2 * k + 1].bits) << 16;
+  }
+  if constexpr (kWords == 2) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kWords; k += 4) reinterpret_cast<uint4*>(dst)[k / 4] = make_uint4(w[k], w[k + 1], w[k + 2], w[k + 3]);
+  }
+}
+
 // dz[j..j+4) from four logits, stored as one 8-byte (bf16) or 16-byte (f32) write.
 template <class T, class G>
 __device__ inline void store_four(G* dz, int64_t j, const float4& x, T top, T log_s, int64_t t) {
@@ -248,11 +281,18 @@ __device__ inline void store_four(G* dz, int64_t j, const float4& x, T top, T lo
 // row for its max and sum (online: a thread rescales its sum when its max grows), one more to
 // write dz. f32 and bf16 rows whose length is a multiple of 4 go four logits a load, two loads in
 // flight a thread, a thread's sum in f32 (MaxSumF); other rows one logit at a time, in double.
-// Z: the logits' storage; T: the arithmetic's and the losses' (f32 for bf16 logits).
-// kKeep (a block a row, dz wanted, the row in at most kKeptRowBytes): the first read also keeps
-// the row in shared memory, and the second reads it there, so the logits leave device memory once
-// (a GPT-2 head's rows are 100 KB of bf16). Each thread reads back only the logits it kept, so
-// no barrier is needed, and the sums see the values in the same order: the same bits.
+// Z: the logits' storage; T: the arithmetic's and the losses' (f32 for bf16 logits). With R = K
+// the warps' parts meet once, in thread 0, which hands the row's max and log-sum to the block
+// through shared memory (every thread merging them in double made the same sums 16 times over).
+//
+// Note [a loss row kept in shared memory]
+// kKeep (a block a row, dz wanted, the row whole 16-byte pieces of at most kKeptRowBytes): the
+// block first copies its row into shared memory with cp.async, every thread all of its pieces at
+// once, so the whole row (100 KB of bf16 in a GPT-2 head) is in flight together where loads into
+// registers keep four a thread in flight; after a barrier the sums read the row there in the
+// order of the kernel that reads device memory, and dz is made 16 bytes of logits a step. The
+// logits leave device memory once, and the sums are those of the twice-reading kernel: the same
+// bits (a test checks), since dz's elements do not depend on which thread makes them.
 constexpr int kCeBlock = 512;
 constexpr int64_t kKeptRowBytes = 112 << 10;  // two blocks a multiprocessor
 template <class Z, class T, class G, class I, int R, int K, bool kKeep = false>
@@ -260,6 +300,7 @@ __global__ void __launch_bounds__(K)
     cross_entropy_rows_kernel(const Z* z, const I* targets, int64_t ignore_index, T* losses, G* d,
                               unsigned long long* count, int64_t n, int64_t v, ErrorSite site) {
   __shared__ MaxSum parts[K / 32];
+  __shared__ T stats[2];               // R = K: the row's max and log-sum
   extern __shared__ uint4 kept_row[];  // kKeep: the row, v logits
   const int lane = static_cast<int>(threadIdx.x % R);
   const int64_t i = blockIdx.x * int64_t{K / R} + threadIdx.x / R;
@@ -276,6 +317,14 @@ __global__ void __launch_bounds__(K)
       for (int64_t j = lane; j < v; j += R) dz[j] = kernels::convert<G>(T(0));
     return;
   }
+  static_assert(!kKeep || sizeof(Z) <= 4, "kept rows are f32 or bf16");
+  if constexpr (kKeep) {  // the row into shared memory, every piece in flight at once
+    const auto* from = reinterpret_cast<const uint4*>(x);
+    const int64_t pieces = v * static_cast<int64_t>(sizeof(Z)) / 16;
+    for (int64_t c = threadIdx.x; c < pieces; c += K) cp_async16(kept_row + c, from + c);
+    cp_async_wait_all();
+    __syncthreads();
+  }
   constexpr bool kFours = sizeof(Z) <= 4;  // f32 and bf16 rows may go four at a time
   const bool fours = kFours && by_fours(x, v) && (!dz || reinterpret_cast<uintptr_t>(dz) % (4 * sizeof(G)) == 0);
   MaxSum ms{-INFINITY, 0.0};
@@ -283,18 +332,17 @@ __global__ void __launch_bounds__(K)
     if (fours) {  // f32 arithmetic (MaxSumF)
       const int64_t v4 = v / 4;
       MaxSumF f;
-      [[maybe_unused]] four_t<Z>* kept = reinterpret_cast<four_t<Z>*>(kept_row);
+      [[maybe_unused]] const four_t<Z>* kept = reinterpret_cast<const four_t<Z>*>(kept_row);
 #pragma unroll 2  // the next pair's loads issued before this pair's sums: four loads in flight
       for (int64_t j = lane; j < v4; j += 2 * R) {
         const bool second = j + R < v4;
-        const four_t<Z> ra = load_raw(x, j);
-        four_t<Z> rb{};
-        if (second) rb = load_raw(x, j + R);
+        four_t<Z> ra, rb{};
         if constexpr (kKeep) {
-          if (dz) {
-            kept[j] = ra;
-            if (second) kept[j + R] = rb;
-          }
+          ra = kept[j];
+          if (second) rb = kept[j + R];
+        } else {
+          ra = load_raw(x, j);
+          if (second) rb = load_raw(x, j + R);
         }
         const float4 a = widen(ra), b = second ? widen(rb) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
         const float vals[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -309,27 +357,49 @@ __global__ void __launch_bounds__(K)
     }
   for (int offset = 16; offset > 0; offset /= 2)
     ms = merge(ms, MaxSum{__shfl_xor_sync(0xffffffffu, ms.m, offset), __shfl_xor_sync(0xffffffffu, ms.s, offset)});
-  if constexpr (R > 32) {  // the warps' parts, in warp order
+  T top, log_s;
+  if constexpr (R > 32) {  // the warps' parts, in warp order, by thread 0 for the block
     if (threadIdx.x % 32 == 0) parts[threadIdx.x / 32] = ms;
     __syncthreads();
-    ms = parts[0];
-    for (int w = 1; w < R / 32; ++w) ms = merge(ms, parts[w]);
+    if (threadIdx.x == 0) {
+      MaxSum all = parts[0];
+      for (int w = 1; w < R / 32; ++w) all = merge(all, parts[w]);
+      stats[0] = static_cast<T>(all.m);
+      stats[1] = static_cast<T>(kernels::log_of(all.s));
+    }
+    __syncthreads();
+    top = stats[0], log_s = stats[1];
+  } else {
+    top = static_cast<T>(ms.m), log_s = static_cast<T>(kernels::log_of(ms.s));
   }
-  const T top = static_cast<T>(ms.m), log_s = static_cast<T>(kernels::log_of(ms.s));
   if (lane == 0) {
     losses[i] = -((kernels::convert<T>(x[t]) - top) - log_s);
     atomicAdd(count, 1ull);
   }
   if (!dz) return;
+  if constexpr (kKeep) {  // 16 bytes of logits a step, E of them
+    constexpr int E = 16 / static_cast<int>(sizeof(Z));
+    const int64_t pieces = v * static_cast<int64_t>(sizeof(Z)) / 16;
+    for (int64_t c = threadIdx.x; c < pieces; c += K) {
+      float xs[E];
+      widen16<Z>(kept_row[c], xs);
+      G out[E];
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const T p = exp_row((static_cast<T>(xs[e]) - top) - log_s);
+        out[e] = kernels::convert<G>(E * c + e == t ? p - T(1) : p);
+      }
+      store_words(dz + E * c, out);
+    }
+    return;
+  }
   if constexpr (kFours)
     if (fours) {
       const int64_t v4 = v / 4;
-      const four_t<Z>* kept = reinterpret_cast<const four_t<Z>*>(kept_row);
-      auto four = [&](int64_t j) { return kKeep ? widen(kept[j]) : load_four(x, j); };
       for (int64_t j = lane; j < v4; j += 2 * R) {
-        const float4 a = four(j);
+        const float4 a = load_four(x, j);
         if (j + R < v4) {
-          const float4 b = four(j + R);
+          const float4 b = load_four(x, j + R);
           store_four<T, G>(dz, 4 * (j + R), b, top, log_s, t);
         }
         store_four<T, G>(dz, 4 * j, a, top, log_s, t);
@@ -344,16 +414,18 @@ __global__ void __launch_bounds__(K)
 
 std::atomic<bool> g_keep_rows{true};
 
-// Whether a block-a-row launch keeps its row in shared memory (kKeep): dz wanted, f32 or bf16
-// rows that go four at a time, at most kKeptRowBytes, unless switched off.
+// Whether a block-a-row launch keeps its row in shared memory (kKeep, Note [a loss row kept in
+// shared memory]): dz wanted, f32 or bf16 rows of whole 16-byte pieces from 16-byte aligned
+// storage, at most kKeptRowBytes, unless switched off. dz's row of v f32 or bf16 then splits into
+// the pieces' 8, 16 or 32 bytes, each on its width's boundary.
 template <class Z, class G>
 bool keep_rows(const Tensor& z, const G* d, int64_t v) {
   if constexpr (sizeof(Z) > 4) {
     return false;
   } else {
-    return g_keep_rows.load() && d && v % 4 == 0 && v * static_cast<int64_t>(sizeof(Z)) <= kKeptRowBytes &&
-           reinterpret_cast<uintptr_t>(z.raw_data()) % (4 * sizeof(Z)) == 0 &&
-           reinterpret_cast<uintptr_t>(d) % (4 * sizeof(G)) == 0;
+    const int64_t bytes = v * static_cast<int64_t>(sizeof(Z));
+    return g_keep_rows.load() && d && bytes % 16 == 0 && bytes <= kKeptRowBytes &&
+           reinterpret_cast<uintptr_t>(z.raw_data()) % 16 == 0 && reinterpret_cast<uintptr_t>(d) % 16 == 0;
   }
 }
 
@@ -379,12 +451,14 @@ void cross_entropy_rows(const Tensor& z, const Tensor& targets, int64_t ignore_i
               <<<static_cast<unsigned>((n + rows - 1) / rows), kCeBlock, 0, ctx.stream>>>(
                   cdata<Z>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);
         } else if (keep_rows<Z>(z, d, v)) {
-          const auto kernel = cross_entropy_rows_kernel<Z, T, G, I, kCeBlock, kCeBlock, true>;
-          const int bytes = static_cast<int>(v * static_cast<int64_t>(sizeof(Z)));
-          TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-          TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));  // two fit
-          kernel<<<static_cast<unsigned>(n), kCeBlock, bytes, ctx.stream>>>(cdata<Z>(z), cdata<I>(targets), ignore_index,
-                                                                          mdata<T>(losses), d, c, n, v, site);
+          if constexpr (sizeof(Z) <= 4) {  // f32 and bf16 rows only
+            const auto kernel = cross_entropy_rows_kernel<Z, T, G, I, kCeBlock, kCeBlock, true>;
+            const int bytes = static_cast<int>(v * static_cast<int64_t>(sizeof(Z)));
+            TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+            TG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));  // two fit
+            kernel<<<static_cast<unsigned>(n), kCeBlock, bytes, ctx.stream>>>(
+                cdata<Z>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);
+          }
         } else {
           cross_entropy_rows_kernel<Z, T, G, I, kCeBlock, kCeBlock><<<static_cast<unsigned>(n), kCeBlock, 0, ctx.stream>>>(
               cdata<Z>(z), cdata<I>(targets), ignore_index, mdata<T>(losses), d, c, n, v, site);
