@@ -67,11 +67,14 @@ __global__ void unary_kernel(const T* x, T* y, int64_t n, bool packed) {
   map_packed<T, 1>(n, packed, y, in, [](const T (&v)[1]) { return F::forward(v[0]); });
 }
 
-// dx (n,) = F::backward(x, y, dy), given x and y = f(x)
+// dx (n,) = F::backward(x, y, dy), given x and y = f(x); only the one of x and y that the backward
+// reads is loaded (F::backward_reads_y), the other passed as 0
 template <class F, class T>
 __global__ void unary_backward_kernel(const T* x, const T* y, const T* dy, T* dx, int64_t n, bool packed) {
-  const T* const in[3] = {x, y, dy};
-  map_packed<T, 3>(n, packed, dx, in, [](const T (&v)[3]) { return F::backward(v[0], v[1], v[2]); });
+  const T* const in[2] = {F::backward_reads_y ? y : x, dy};
+  map_packed<T, 2>(n, packed, dx, in, [](const T (&v)[2]) {
+    return F::backward_reads_y ? F::backward(T(0), v[0], v[1]) : F::backward(v[0], T(0), v[1]);
+  });
 }
 
 // out (n,) = a op b, F the op's functor (binary_ops.hpp)
@@ -143,8 +146,10 @@ __global__ void unary_bf16_kernel(const bf16* x, bf16* y, int64_t n, bool packed
 template <class F>
 __global__ void unary_backward_bf16_kernel(const bf16* x, const bf16* y, const bf16* dy, bf16* dx, int64_t n,
                                            bool packed) {
-  const bf16* const in[3] = {x, y, dy};
-  map_wide<bf16, bf16, 3>(n, packed, dx, in, [](const float (&v)[3]) { return F::backward(v[0], v[1], v[2]); });
+  const bf16* const in[2] = {F::backward_reads_y ? y : x, dy};  // as unary_backward_kernel
+  map_wide<bf16, bf16, 2>(n, packed, dx, in, [](const float (&v)[2]) {
+    return F::backward_reads_y ? F::backward(0.0f, v[0], v[1]) : F::backward(v[0], 0.0f, v[1]);
+  });
 }
 
 // out (n,) = a op b with a, b, out each f32 or bf16

@@ -70,12 +70,14 @@ template <class T> TG_HD T pow_of(T x, T y) {
 
 // Each functor: name, the forward and derivative as text, where its gradient check samples x
 // (lo, hi; the check keeps away from 0, where relu has its kink), whether the op is a stream of memory more than arithmetic (how early
-// the CPU splits it over threads), forward(x) and backward(x, y, dy).
+// the CPU splits it over threads), whether its backward reads y (else x, or neither: the CUDA
+// kernels load only the one it reads), forward(x) and backward(x, y, dy).
 
 struct Neg {
   static constexpr const char *name = "neg", *forward_text = "y = -x", *backward_text = "dx = -dy";
   static constexpr double lo = -2, hi = 2;
   static constexpr bool streaming = true;
+  static constexpr bool backward_reads_y = false;
   template <class T> TG_HD static T forward(T x) { return -x; }
   template <class T> TG_HD static T backward(T, T, T dy) { return -dy; }
 };
@@ -84,6 +86,7 @@ struct Exp {
   static constexpr const char *name = "exp", *forward_text = "y = exp(x)", *backward_text = "dx = dy * y";
   static constexpr double lo = -2, hi = 2;
   static constexpr bool streaming = false;
+  static constexpr bool backward_reads_y = true;
   template <class T> TG_HD static T forward(T x) { return exp_of(x); }
   template <class T> TG_HD static T backward(T, T y, T dy) { return dy * y; }
 };
@@ -92,6 +95,7 @@ struct Log {
   static constexpr const char *name = "log", *forward_text = "y = log(x)", *backward_text = "dx = dy / x";
   static constexpr double lo = 0.5, hi = 3;
   static constexpr bool streaming = false;
+  static constexpr bool backward_reads_y = false;
   template <class T> TG_HD static T forward(T x) { return log_of(x); }
   template <class T> TG_HD static T backward(T x, T, T dy) { return dy / x; }
 };
@@ -100,6 +104,7 @@ struct Tanh {
   static constexpr const char *name = "tanh", *forward_text = "y = tanh(x)", *backward_text = "dx = dy * (1 - y^2)";
   static constexpr double lo = -2, hi = 2;
   static constexpr bool streaming = false;
+  static constexpr bool backward_reads_y = true;
   template <class T> TG_HD static T forward(T x) { return tanh_of(x); }
   template <class T> TG_HD static T backward(T, T y, T dy) { return dy * (T(1) - y * y); }
 };
@@ -111,6 +116,7 @@ struct Relu {
                               *backward_text = "dx = dy * [y > 0]";
   static constexpr double lo = -2, hi = 2;
   static constexpr bool streaming = true;
+  static constexpr bool backward_reads_y = true;
   template <class T> TG_HD static T forward(T x) { return x > T(0) || x != x ? x : T(0); }
   template <class T> TG_HD static T backward(T, T y, T dy) { return y <= T(0) ? T(0) : dy; }
 };
@@ -121,6 +127,7 @@ struct Sigmoid {
                               *backward_text = "dx = dy * y * (1 - y)";
   static constexpr double lo = -3, hi = 3;
   static constexpr bool streaming = false;
+  static constexpr bool backward_reads_y = true;
   template <class T> TG_HD static T forward(T x) {
     if (x >= T(0)) return T(1) / (T(1) + exp_of(-x));
     const T e = exp_of(x);
@@ -135,6 +142,7 @@ struct Silu {
                               *backward_text = "dx = dy * s * (1 + x * (1 - s)), s = sigmoid(x)";
   static constexpr double lo = -3, hi = 3;
   static constexpr bool streaming = false;
+  static constexpr bool backward_reads_y = false;
   template <class T> TG_HD static T forward(T x) { return x * Sigmoid::forward(x); }
   template <class T> TG_HD static T backward(T x, T, T dy) {
     const T s = Sigmoid::forward(x);
@@ -147,6 +155,7 @@ struct Sqrt {
   static constexpr const char *name = "sqrt", *forward_text = "y = sqrt(x)", *backward_text = "dx = dy / (2 y)";
   static constexpr double lo = 0.5, hi = 3;
   static constexpr bool streaming = false;
+  static constexpr bool backward_reads_y = true;
   template <class T> TG_HD static T forward(T x) { return sqrt_of(x); }
   template <class T> TG_HD static T backward(T, T y, T dy) { return dy / (T(2) * y); }
 };
@@ -156,6 +165,7 @@ struct Rsqrt {
                               *backward_text = "dx = -dy * y^3 / 2";
   static constexpr double lo = 0.5, hi = 3;
   static constexpr bool streaming = false;
+  static constexpr bool backward_reads_y = true;
   template <class T> TG_HD static T forward(T x) { return T(1) / sqrt_of(x); }
   template <class T> TG_HD static T backward(T, T y, T dy) { return -dy * (y * y * y) * T(0.5); }
 };
@@ -165,6 +175,7 @@ struct Abs {
   static constexpr const char *name = "abs", *forward_text = "y = |x|", *backward_text = "dx = dy * sign(x)";
   static constexpr double lo = -2, hi = 2;
   static constexpr bool streaming = true;
+  static constexpr bool backward_reads_y = false;
   template <class T> TG_HD static T forward(T x) { return x < T(0) ? -x : x == T(0) ? T(0) : x; }
   template <class T> TG_HD static T backward(T x, T, T dy) {
     return x > T(0) ? dy : x < T(0) ? -dy : T(0);
@@ -175,6 +186,7 @@ struct Square {
   static constexpr const char *name = "square", *forward_text = "y = x^2", *backward_text = "dx = dy * 2x";
   static constexpr double lo = -2, hi = 2;
   static constexpr bool streaming = true;
+  static constexpr bool backward_reads_y = false;
   template <class T> TG_HD static T forward(T x) { return x * x; }
   template <class T> TG_HD static T backward(T x, T, T dy) { return dy * (T(2) * x); }
 };
@@ -186,6 +198,7 @@ struct GeluErf {
                               *backward_text = "dx = dy * (Phi(x) + x * exp(-x^2/2) / sqrt(2 pi))";
   static constexpr double lo = -3, hi = 3;
   static constexpr bool streaming = false;
+  static constexpr bool backward_reads_y = false;
   static constexpr double kRsqrt2 = 0.7071067811865476, kRsqrt2Pi = 0.3989422804014327;
   template <class T> TG_HD static T forward(T x) { return T(0.5) * x * (T(1) + erf_of(x * T(kRsqrt2))); }
   template <class T> TG_HD static T backward(T x, T, T dy) {
@@ -202,6 +215,7 @@ struct GeluTanh {
                               *backward_text = "dx = dy * ((1 + t)/2 + x/2 * (1 - t^2) * sqrt(2/pi) * (1 + 0.134145 x^2))";
   static constexpr double lo = -3, hi = 3;
   static constexpr bool streaming = false;
+  static constexpr bool backward_reads_y = false;
   static constexpr double kC = 0.7978845608028654;  // sqrt(2 / pi)
   static constexpr double kA = 0.044715;
   template <class T> TG_HD static T forward(T x) {
