@@ -7,7 +7,7 @@
 //   gpt train [--config tiny|small|gpt2] [--data FILE] [--tokens char|byte|random] [--steps N]
 //             [--device cpu|cuda] [--dtype f32|f64] [--autocast bf16] [--value-embeds P] [--value-embeds-dense]
 //             [--dropout P] [--checkpoint CKPT [--resume | --force] [--save-every K]]
-//             [--log FILE.csv] [--seed S] [--dump-tape FILE] [--trace FILE] [--graph] [--sample N]
+//             [--log FILE.csv] [--seed S] [--dump-tape FILE] [--trace FILE] [--graph] [--cast-weights] [--sample N]
 //   gpt sample --checkpoint CKPT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]
 //              [--seed S] [--device cpu|cuda]
 //
@@ -98,6 +98,9 @@ int main(int argc, char** argv) {
   train->add_option("--trace", t.trace, "for the PyTorch parity test: weights, batches, losses, first gradients");
   train->add_flag("--graph", t.graph, "CUDA: capture one training step as a CUDA graph and replay it for the others "
                                       "(dropout 0)");
+  train->add_flag("--cast-weights", t.cast_weights, "with --autocast bf16: cast each weight to bf16 at its product, "
+                                                   "where by default AdamW writes bf16 copies as it updates them (the "
+                                                   "same bits; for timing the two)");
   train->add_option("--sample", t.sample_tokens, "print a sample of N tokens at the end")->check(CLI::Range(0, 1000000));
 
   gpt::SampleOptions s;

@@ -378,6 +378,9 @@ int train(const TrainOptions& o) {
   for (auto& [name, v] : model.named_parameters())
     if (!(sparse_ve && name == "ve.weight")) dense_params.push_back(v);
   optim::AdamW adamw(optim::decay_groups(dense_params, 0.1), {.lr = p.lr, .beta2 = 0.99});
+  // bf16 products: AdamW writes each weight's bf16 copy as it updates it, and the products take
+  // the copies instead of casting (Note [bf16 weight copies] in ops/autocast.hpp): the same bits
+  if (c.products == DType::bf16 && !o.cast_weights) adamw.keep_bf16_copies();
   std::optional<optim::SparseAdamW> sparse;
   ops::ValueEmbedBuffer buffer;
   if (sparse_ve) {

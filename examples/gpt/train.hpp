@@ -38,6 +38,7 @@ struct TrainOptions {
   std::string trace;            // for the PyTorch parity test: a safetensors file (see train.cpp)
   int64_t sample_tokens = 0;    // after training, print a sample of this many tokens
   bool graph = false;           // CUDA: capture a training step as one CUDA graph and replay it
+  bool cast_weights = false;    // bf16 products cast the weights each step, not AdamW's bf16 copies
 };
 int train(const TrainOptions& o);  // 0, or throws tapegrad::Error for bad input
 

@@ -10,6 +10,7 @@
 
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
+#include "tapegrad/kernels/bf16.hpp"
 
 namespace tapegrad::cuda {
 
@@ -31,6 +32,7 @@ struct AdamWGroup {
   const float* g[kAdamWGroup];
   float* m[kAdamWGroup];
   float* v[kAdamWGroup];
+  kernels::bf16* copy[kAdamWGroup];  // null, or the parameter's bf16 copy (AdamWSlot::copy)
   int64_t n[kAdamWGroup];
   unsigned first_block[kAdamWGroup + 1];
   int count;
@@ -41,7 +43,8 @@ struct AdamWGroup {
 //   w = w * (1 - lr*wd);  m = b1*m + (1 - b1)*g;  v = b2*v + (1 - b2)*g*g
 //   w = w - step_size * (m / (sqrt(v) / bc2_sqrt + eps))
 // step_scalars, when not null, holds (step_size, bc2_sqrt, decay) in device memory (a captured graph's update);
-// grad_scale, when not null, a () f64 factor each g is multiplied by, rounded to fp32 (scale_many_kernel's product).
+// grad_scale, when not null, a () f64 factor each g is multiplied by, rounded to fp32 (scale_many_kernel's product);
+// a parameter's copy, when not null, receives the new w rounded to bf16 (the cast's bits).
 __global__ void adamw_kernel(AdamWGroup group, float decay, float beta1, float one_minus_b1, float beta2,
                              float one_minus_b2, float step_size, float bc2_sqrt, float eps,
                              const float* step_scalars, const double* grad_scale) {
@@ -58,6 +61,7 @@ __global__ void adamw_kernel(AdamWGroup group, float decay, float beta1, float o
   const float* g = group.g[k];
   float* m = group.m[k];
   float* v = group.v[k];
+  kernels::bf16* copy = group.copy[k];
   const int64_t n = group.n[k];
   const int64_t stride = int64_t{group.first_block[k + 1] - group.first_block[k]} * blockDim.x;
   for (int64_t i = (blockIdx.x - group.first_block[k]) * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
@@ -69,6 +73,7 @@ __global__ void adamw_kernel(AdamWGroup group, float decay, float beta1, float o
     w[i] = wi;
     m[i] = mi;
     v[i] = vi;
+    if (copy) copy[i] = kernels::to_bf16(wi);
   }
 }
 
@@ -214,6 +219,7 @@ void adamw_step_many(const std::vector<kernels::AdamWSlot>& slots, const AdamWSc
     group.g[k] = cdata<float>(*slot.grad);
     group.m[k] = mdata<float>(*slot.m);
     group.v[k] = mdata<float>(*slot.v);
+    group.copy[k] = slot.copy ? mdata<kernels::bf16>(*slot.copy) : nullptr;
     group.n[k] = n;
     group.first_block[k + 1] = group.first_block[k] + blocks_for(n);
     if (group.count == kAdamWGroup) launch();

@@ -268,6 +268,14 @@ void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s)
     if (slot.rows) (void)common_device("adamw", {first, slot.rows, slot.row_ids});
     if (slot.rows && !first->device().is_cpu())
       throw DeviceError("[adamw] a row-sparse gradient is a CPU form; on " + first->device().str() + " pass it dense");
+    if (slot.copy) {
+      (void)common_device("adamw", {first, slot.copy});
+      if (slot.param->dtype() != DType::f32 || slot.copy->dtype() != DType::bf16 ||
+          slot.copy->shape() != slot.param->shape())
+        throw Error("[adamw] a weight's bf16 copy must be bf16 of its shape, the weight f32: got " +
+                    slot.copy->shape().str() + " " + dtype_name(slot.copy->dtype()) + " for " +
+                    slot.param->shape().str() + " " + dtype_name(slot.param->dtype()));
+    }
   }
   if (s.grad_scale.defined() &&
       (s.grad_scale.dtype() != DType::f64 || s.grad_scale.numel() != 1 || !(s.grad_scale.device() == first->device())))
@@ -277,20 +285,25 @@ void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s)
   if (first->device().is_cpu()) {
     if (s.device_step_scalars)
       throw Error("[adamw] device step scalars are for CUDA graphs; a CPU parameter takes its scalars as arguments");
-    if (!s.grad_scale.defined()) return cpu::adamw_step_many(slots, s);
-    // the CPU scales copies of the gradients (dense, or a sparse one's rows) first: the same bits
-    std::vector<Tensor> scaled;
-    scaled.reserve(slots.size());
-    std::vector<AdamWSlot> with = slots;
-    for (AdamWSlot& slot : with) {
-      const Tensor*& g = slot.rows ? slot.rows : slot.grad;
-      scaled.push_back(g->clone());
-      cpu::scale_many_by({&scaled.back()}, s.grad_scale);
-      g = &scaled.back();
+    if (!s.grad_scale.defined()) {
+      cpu::adamw_step_many(slots, s);
+    } else {  // the CPU scales copies of the gradients (dense, or a sparse one's rows) first: the same bits
+      std::vector<Tensor> scaled;
+      scaled.reserve(slots.size());
+      std::vector<AdamWSlot> with = slots;
+      for (AdamWSlot& slot : with) {
+        const Tensor*& g = slot.rows ? slot.rows : slot.grad;
+        scaled.push_back(g->clone());
+        cpu::scale_many_by({&scaled.back()}, s.grad_scale);
+        g = &scaled.back();
+      }
+      AdamWScalars plain = s;
+      plain.grad_scale = Tensor();
+      cpu::adamw_step_many(with, plain);
     }
-    AdamWScalars plain = s;
-    plain.grad_scale = Tensor();
-    return cpu::adamw_step_many(with, plain);
+    for (const AdamWSlot& slot : slots)  // the CPU rounds the copies after the update; CUDA's kernel as it writes
+      if (slot.copy) cast(*slot.param, *slot.copy);
+    return;
   }
 #if TAPEGRAD_WITH_CUDA
   cuda::adamw_step_many(slots, s);

@@ -193,6 +193,9 @@ struct AdamWSlot {
   // row_ids (k,) (distinct): the update of every other row is the one a +0 gradient gives.
   const Tensor* row_ids = nullptr;
   const Tensor* rows = nullptr;
+  // Optional, f32 parameters: a bf16 tensor of the param's shape that receives the updated param
+  // rounded to bf16, the bits kernels::cast gives (Note [bf16 weight copies] in ops/autocast.hpp).
+  Tensor* copy = nullptr;
 };
 inline constexpr int64_t adamw_zero_block = 256;
 void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s);

@@ -35,9 +35,24 @@
 //   ops::to(x, DType::f32) widens an activation for it.
 // A product reads a bf16 operand as it is (no copy), so a chain of norms, products and activations
 // moves half the bytes of f32 and makes no casts.
+//
+// Note [bf16 weight copies]
+// Under autocast every product casts its f32 weight to bf16, every step: GPT-2's step makes 79
+// such casts, 6 bytes a parameter. An optimizer that rounds each weight into a bf16 copy as it
+// writes the weight (AdamW::keep_bf16_copies) makes them unnecessary: operand() (what a product
+// multiplies) takes a registered copy in place of a cast when the copy is current, that is when
+// the weight's storage has had no write since the copy was registered (Tensor::version). Any
+// other write (copy_from, a loaded state, another optimizer) leaves the copy stale, and the
+// product casts as before. A copy holds the cast's bits (kernels::to_bf16 of the same f32
+// values), so no result changes; a captured step (CUDA graphs) reads the copy its own update
+// wrote in the replay before.
 #pragma once
 
+#include <cstddef>
+#include <vector>
+
 #include "tapegrad/tensor/dtype.hpp"
+#include "tapegrad/tensor/tensor.hpp"
 
 namespace tapegrad::ops {
 
@@ -58,5 +73,26 @@ DType autocast_dtype();
 // The dtype a product of `operands` computes in: autocast_dtype() for f32, else the operands' own
 // (f64 is never cast).
 inline DType compute_dtype(DType operands) { return operands == DType::f32 ? autocast_dtype() : operands; }
+
+// Registrations of bf16 weight copies (Note [bf16 weight copies]), dropped with the object.
+class Bf16Copies {
+ public:
+  Bf16Copies() = default;
+  ~Bf16Copies();
+  Bf16Copies(const Bf16Copies&) = delete;
+  Bf16Copies& operator=(const Bf16Copies&) = delete;
+
+  // Registers copy (bf16, weight's shape and device) as the bf16 image of weight (f32) as it is
+  // now, at its current version; registering again refreshes the version. Throws naming both
+  // tensors when they do not match, or when another owner registered a copy of weight.
+  void keep(const Tensor& weight, const Tensor& copy);
+
+ private:
+  std::vector<const void*> keys_;  // the weights' storages
+};
+
+// The registered bf16 copy of the f32 tensor v, shaped as v, when it is current (v's storage has
+// had no write since it was registered); else an undefined tensor.
+Tensor current_bf16_copy(const Tensor& v);
 
 }  // namespace tapegrad::ops

@@ -1,5 +1,7 @@
 // The N-d helpers of op front-ends (common.hpp).
 #include "tapegrad/ops/common.hpp"
+
+#include "tapegrad/ops/autocast.hpp"
 #include "tapegrad/ops/ops.hpp"
 
 namespace tapegrad::ops::detail {
@@ -40,6 +42,8 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
 
 Tensor operand(const Tensor& v, DType compute) {
   if (v.dtype() == compute) return v;
+  if (compute == DType::bf16)  // a weight's current bf16 copy (Note [bf16 weight copies]) in place of a cast
+    if (Tensor kept = current_bf16_copy(v); kept.defined()) return kept;
   Tensor c = Tensor::empty(v.shape(), compute, v.device());
   kernels::cast(v, c);
   return c;

@@ -55,6 +55,21 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWConfig config) {
   steps_.assign(params_.size(), 0);
 }
 
+void AdamW::keep_bf16_copies() {
+  if (copy_registry_) return;
+  auto registry = std::make_shared<ops::Bf16Copies>();
+  std::vector<Tensor> copies(params_.size());
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const Tensor& p = params_[k].value();
+    if (p.dtype() != DType::f32) continue;
+    copies[k] = Tensor::empty(p.shape(), DType::bf16, p.device());
+    kernels::cast(p, copies[k]);
+    registry->keep(p, copies[k]);
+  }
+  copies_ = std::move(copies);
+  copy_registry_ = std::move(registry);
+}
+
 void AdamW::set_lr(double lr) {
   check_lr("adamw", "", lr, true);
   for (AdamWConfig& c : groups_) c.lr = lr;
@@ -171,6 +186,7 @@ void AdamW::update_all(int64_t slot, const Tensor& grad_scale) {
           entry.row_ids = &sparse->ids;
           entry.rows = &sparse->rows;
         }
+        if (!copies_.empty() && copies_[k].defined()) entry.copy = &copies_[k];
         slots.push_back(entry);
         pending[k] = false;
       }
@@ -184,6 +200,10 @@ void AdamW::update_all(int64_t slot, const Tensor& grad_scale) {
         entry.param->mark_modified();
         entry.m->mark_modified();
         entry.v->mark_modified();
+        if (entry.copy) {  // current again: made from the parameter as it now is
+          entry.copy->mark_modified();
+          copy_registry_->keep(*entry.param, *entry.copy);
+        }
       }
     }
   }

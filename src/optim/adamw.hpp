@@ -20,10 +20,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "tapegrad/graph/graph.hpp"
 #include "tapegrad/kernels/kernels.hpp"
+#include "tapegrad/ops/autocast.hpp"
 #include "tapegrad/optim/param_group.hpp"
 #include "tapegrad/optim/state.hpp"
 
@@ -102,6 +104,14 @@ class AdamW {
   // sets it after the replay that runs the update (set_step_count).
   void scheduled_step(size_t k, const Tensor& grad_scale = Tensor());  // grad_scale as step()'s
 
+  // ---- bf16 weight copies (Note [bf16 weight copies] in ops/autocast.hpp)
+  // From now on every update also rounds each f32 parameter into a bf16 copy, which autocast's
+  // products take in place of casting the parameter while it has had no other write. Makes the
+  // copies now (a cast each); calling it again does nothing. f64 parameters get none (they are
+  // never cast). The copies go with the optimizer; its state (state_tensors) leaves them out.
+  void keep_bf16_copies();
+  bool keeps_bf16_copies() const { return copy_registry_ != nullptr; }
+
   const std::vector<Var>& parameters() const { return params_; }
   const AdamWConfig& config() const { return groups_.front(); }  // group 0's hyperparameters
 
@@ -118,6 +128,10 @@ class AdamW {
   // (slots, 3 * groups) f32 on the parameters' device: (step_size, bc2_sqrt, decay) per slot and group
   static constexpr int64_t kScheduleFloats = 3;
   Tensor schedule_;
+  // keep_bf16_copies: per parameter its bf16 copy (undefined for f64), and their registrations,
+  // shared by copies of this optimizer and dropped with the last
+  std::vector<Tensor> copies_;
+  std::shared_ptr<ops::Bf16Copies> copy_registry_;
 
   // Parameters with a gradient: each with its own count's scalars, or with its group's scalars from
   // slot `slot` of the schedule (a captured update) when slot >= 0.

@@ -30,6 +30,7 @@
 #include "tapegrad/kernels/cpu/exact_sum.hpp"
 #include "tapegrad/kernels/cr_math.hpp"
 #include "tapegrad/kernels/kernels.hpp"
+#include "tapegrad/ops/autocast.hpp"
 #include "tapegrad/ops/ops.hpp"
 #include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
 #include "tapegrad/ops/fused/attention.hpp"
@@ -621,6 +622,47 @@ TEST_CASE("[gpu] cross_entropy_rows: a row kept in shared memory, the bits of a 
   }
 }
 
+// AdamW with bf16 weight copies (Note [bf16 weight copies]): the products of an autocast MLP
+// take the copies its updates wrote, and 4 steps give the bits of the same steps with casts.
+TEST_CASE("[gpu] AdamW's bf16 weight copies: autocast training on cuda keeps its bits") {
+  const Tensor w1_0 = random(Shape{64, 48}, DType::f32, -1.0, 1.0), w2_0 = random(Shape{8, 64}, DType::f32, -1.0, 1.0);
+  std::vector<Tensor> xs;
+  for (int step = 0; step < 4; ++step) xs.push_back(random(Shape{32, 48}, DType::f32, -1.0, 1.0));
+  auto train = [&](bool copies) {
+    Graph g;
+    Var w1 = g.parameter(w1_0.to(kGpu)), w2 = g.parameter(w2_0.to(kGpu));
+    optim::AdamW adamw({w1, w2}, {.lr = 0.05});
+    if (copies) adamw.keep_bf16_copies();
+    std::vector<Tensor> out;
+    for (int step = 0; step < 4; ++step) {
+      if (copies) {
+        const Tensor kept = ops::current_bf16_copy(w1.value());
+        REQUIRE(kept.defined());
+        Tensor cast = Tensor::empty(w1.shape(), DType::bf16, kGpu);
+        kernels::cast(w1.value(), cast);
+        check_bits(cast.to(kCpu), kept.to(kCpu), "w1's copy before step " + std::to_string(step));
+      }
+      g.clear();
+      g.zero_grad();
+      Var y;
+      {
+        ops::Autocast autocast;
+        y = ops::to(ops::linear(ops::gelu(ops::linear(g.input(xs[static_cast<size_t>(step)].to(kGpu)), w1)), w2),
+                    DType::f32);
+      }
+      Var loss = ops::sum(ops::mul(y, y));
+      out.push_back(loss.value().to(kCpu));
+      g.backward(loss);
+      adamw.step();
+    }
+    out.push_back(w1.value().to(kCpu));
+    out.push_back(w2.value().to(kCpu));
+    return out;
+  };
+  const std::vector<Tensor> with = train(true), without = train(false);
+  for (size_t k = 0; k < with.size(); ++k) check_bits(without[k], with[k], "tensor " + std::to_string(k));
+}
+
 TEST_CASE("[gpu] optimizer updates") {
   for (DType t : kFloats) {
     std::vector<Tensor> args{random(Shape{3, 50}, t), random(Shape{3, 50}, t)};
@@ -655,6 +697,24 @@ TEST_CASE("[gpu] optimizer updates") {
   });
   for (size_t k = 0; k < many.size(); ++k)
     if (k % 4 != 1) check_bits(many[k], back[k], "adamw_step_many, tensor " + std::to_string(k));
+  // With bf16 copies (Note [bf16 weight copies]): the kernel rounds each new w as the CPU's cast
+  // does after its update, for every other parameter (the rest without one, in the same launch).
+  std::vector<Tensor> with;
+  for (size_t k = 0; k < many.size(); k += 4) {
+    for (size_t part = 0; part < 4; ++part) with.push_back(many[k + part]);
+    with.push_back(Tensor::zeros(many[k].shape(), DType::bf16));
+  }
+  back = run_both(with, [&s](std::vector<Tensor>& a) {
+    std::vector<kernels::AdamWSlot> slots;
+    for (size_t k = 0; k < a.size(); k += 5) {
+      kernels::AdamWSlot slot{&a[k], &a[k + 1], &a[k + 2], &a[k + 3]};
+      if (k % 10 == 0) slot.copy = &a[k + 4];
+      slots.push_back(slot);
+    }
+    kernels::adamw_step_many(slots, s);
+  });
+  for (size_t k = 0; k < with.size(); ++k)
+    if (k % 5 != 1) check_bits(with[k], back[k], "adamw_step_many with bf16 copies, tensor " + std::to_string(k));
 }
 
 // ---------------------------------------------------------------------------

@@ -39,6 +39,16 @@ for ve in "--value-embeds 2" "--value-embeds 2 --value-embeds-dense"; do
 done
 echo "resume: the same checkpoint bytes (plain; value embeddings sparse and dense, with dropout)"
 
+# bf16 products: AdamW's bf16 weight copies (the default) and a cast at each product, the same bytes;
+# a resume (the loaded weights' copies stale until the first update) too
+"$GPT" train --steps 12 --autocast bf16 --checkpoint "$W/e.ckpt" > /dev/null
+"$GPT" train --steps 12 --autocast bf16 --cast-weights --checkpoint "$W/f.ckpt" > /dev/null
+cmp -s "$W/e.ckpt" "$W/f.ckpt" || fail "AdamW's bf16 weight copies changed a bf16 run"
+"$GPT" train --steps 6 --autocast bf16 --checkpoint "$W/g.ckpt" > /dev/null
+"$GPT" train --steps 12 --autocast bf16 --checkpoint "$W/g.ckpt" --resume > /dev/null
+cmp -s "$W/e.ckpt" "$W/g.ckpt" || fail "a bf16 resume differs from one run"
+echo "bf16 products: AdamW's weight copies and casts give the same checkpoint bytes, resumed too"
+
 "$GPT" sample --checkpoint "$W/a.ckpt" --prompt "It was" --tokens 60 --temperature 0.8 --top-k 5 > "$W/s1.txt"
 "$GPT" sample --checkpoint "$W/a.ckpt" --prompt "It was" --tokens 60 --temperature 0.8 --top-k 5 > "$W/s2.txt"
 echo "sample: $(cat "$W/s1.txt")"

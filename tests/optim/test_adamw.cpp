@@ -8,13 +8,16 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "golden.hpp"
+#include "messages.hpp"
 #include "tapegrad/kernels/kernels.hpp"
+#include "tapegrad/ops/autocast.hpp"
 #include "tapegrad/ops/ops.hpp"
 #include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
 #include "tapegrad/optim/adamw.hpp"
@@ -336,4 +339,123 @@ TEST_CASE("AdamW counts each parameter's own steps, in f64 and f32, as PyTorch d
     CHECK(p.value().item() == doctest::Approx(0.6984092626515581).epsilon(eps));
     CHECK(b.value().item() == doctest::Approx(0.7983859750498153).epsilon(eps));  // not 0.8133: its own step 2
   }
+}
+
+// ---- bf16 weight copies (Note [bf16 weight copies] in src/ops/autocast.hpp)
+
+namespace {
+
+Tensor uniform_f32(const Shape& s, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<double> v(static_cast<size_t>(s.numel()));
+  for (double& x : v) x = u(rng);
+  return Tensor::from_doubles(v, s, DType::f32);
+}
+
+Tensor bf16_of(const Tensor& t) {
+  Tensor h = Tensor::empty(t.shape(), DType::bf16, t.device());
+  kernels::cast(t, h);
+  return h;
+}
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  std::vector<uint8_t> out(t.nbytes());
+  std::memcpy(out.data(), t.raw_data(), t.nbytes());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 weight copies: AdamW writes the cast's bits, products take them while current, training is unchanged") {
+  // a two-layer MLP under autocast, trained 4 steps by AdamW with and without the copies
+  struct Run {
+    std::vector<Tensor> weights;
+    std::vector<uint32_t> losses;
+  };
+  auto train = [](bool copies) {
+    Graph g;
+    Var w1 = g.parameter(uniform_f32(Shape{16, 12}, 1), "w1"), w2 = g.parameter(uniform_f32(Shape{4, 16}, 2), "w2");
+    optim::AdamW adamw({w1, w2}, {.lr = 0.05});
+    if (copies) {
+      adamw.keep_bf16_copies();
+      CHECK(adamw.keeps_bf16_copies());
+    }
+    Run run;
+    for (int step = 0; step < 4; ++step) {
+      CAPTURE(step);
+      if (copies)  // current since the last write: the cast's bits
+        for (const Var& w : {w1, w2}) {
+          const Tensor kept = ops::current_bf16_copy(w.value());
+          REQUIRE(kept.defined());
+          CHECK(bytes_of(kept) == bytes_of(bf16_of(w.value())));
+        }
+      g.clear();
+      g.zero_grad();
+      Var y;
+      {
+        ops::Autocast autocast;
+        Var x = g.input(uniform_f32(Shape{8, 12}, 10 + static_cast<uint64_t>(step)));
+        y = ops::to(ops::linear(ops::gelu(ops::linear(x, w1)), w2), DType::f32);
+      }
+      Var loss = ops::sum(ops::mul(y, y));
+      run.losses.push_back(std::bit_cast<uint32_t>(static_cast<float>(loss.value().item())));
+      g.backward(loss);
+      adamw.step();
+    }
+    run.weights = {w1.value().clone(), w2.value().clone()};
+    if (copies) {  // any other write leaves a copy stale: products cast again
+      Tensor value = w1.value();  // a handle to the same bytes
+      value.copy_from(uniform_f32(Shape{16, 12}, 3));
+      CHECK_FALSE(ops::current_bf16_copy(w1.value()).defined());
+      CHECK(ops::current_bf16_copy(w2.value()).defined());
+    }
+    return run;
+  };
+  const Run with = train(true), without = train(false);
+  CHECK(with.losses == without.losses);
+  for (size_t k = 0; k < 2; ++k) CHECK(bytes_of(with.weights[k]) == bytes_of(without.weights[k]));
+}
+
+TEST_CASE("bf16 weight copies: none for f64 parameters, dropped with their owner, refused by name") {
+  Graph g;
+  Var w64 = g.parameter(Tensor::zeros(Shape{2, 3}, DType::f64));
+  optim::AdamW f64_adamw({w64}, bob_config());
+  f64_adamw.keep_bf16_copies();
+  CHECK_FALSE(ops::current_bf16_copy(w64.value()).defined());
+
+  const Tensor w = uniform_f32(Shape{2, 3}, 4);
+  {
+    ops::Bf16Copies mine;
+    mine.keep(w, bf16_of(w));
+    CHECK(ops::current_bf16_copy(w).defined());
+    CHECK(ops::current_bf16_copy(w.reshape(Shape{6})).shape() == Shape{6});
+    // a product takes a current copy as it is (so a copy must hold the cast's bits): registered
+    // zeros give a zero product until the weight is written
+    Tensor weight = w.clone();
+    mine.keep(weight, Tensor::zeros(Shape{2, 3}, DType::bf16));
+    auto product = [&] {
+      Graph pg;
+      ops::Autocast autocast;
+      return ops::to(ops::linear(pg.input(uniform_f32(Shape{4, 3}, 6)), pg.input(weight)), DType::f32).value();
+    };
+    CHECK(product().to_doubles() == std::vector<double>(8, 0.0));
+    weight.copy_from(uniform_f32(Shape{2, 3}, 7));
+    CHECK(product().to_doubles() != std::vector<double>(8, 0.0));
+    ops::Bf16Copies theirs;
+    CHECK(testing::message_of([&] { theirs.keep(w, bf16_of(w)); }) ==
+          "[autocast] the weight (2, 3) already has a bf16 copy kept by another owner");
+    CHECK(testing::message_of([&] { mine.keep(w, Tensor::zeros(Shape{3, 2}, DType::bf16)); }) ==
+          "[autocast] a bf16 copy of a weight must be bf16 of the weight's shape on its device, and the weight f32: "
+          "got a copy (3, 2) bf16 on cpu of a weight (2, 3) f32 on cpu");
+  }
+  CHECK_FALSE(ops::current_bf16_copy(w).defined());  // dropped with its owner
+
+  Tensor m = Tensor::zeros(Shape{2, 3}, DType::f32), v = Tensor::zeros(Shape{2, 3}, DType::f32);
+  Tensor p = w.clone(), grad = uniform_f32(Shape{2, 3}, 5), wrong = Tensor::zeros(Shape{2, 3}, DType::f32);
+  kernels::AdamWSlot slot{&p, &grad, &m, &v};
+  slot.copy = &wrong;
+  CHECK(testing::message_of([&] {
+          kernels::adamw_step_many({slot}, optim::AdamW({g.parameter(w.clone())}, bob_config()).scalars(1));
+        }) == "[adamw] a weight's bf16 copy must be bf16 of its shape, the weight f32: got (2, 3) f32 for (2, 3) f32");
 }
