@@ -106,8 +106,7 @@ __device__ inline void store8(float* p, int64_t i, const float (&v)[8]) {
 __device__ inline void store8(bf16* p, int64_t i, const float (&v)[8]) {
   uint32_t w[4];
 #pragma unroll
-  for (int k = 0; k < 4; ++k)
-    w[k] = uint32_t{kernels::to_bf16(v[2 * k]).bits} | uint32_t{kernels::to_bf16(v[2 * k + 1]).bits} << 16;
+  for (int k = 0; k < 4; ++k) w[k] = kernels::pack_bf16x2(v[2 * k], v[2 * k + 1]);
   reinterpret_cast<uint4*>(p)[i] = make_uint4(w[0], w[1], w[2], w[3]);
 }
 

@@ -4,6 +4,7 @@
 // sums run over the block's threads and a fixed tree, so they are deterministic, but not in the
 // CPU's left-to-right order: results agree with the CPU's to rounding.
 #include <atomic>
+#include <type_traits>
 
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
@@ -243,15 +244,16 @@ __device__ inline void widen16(const uint4& raw, float (&x)[16 / sizeof(Z)]) {
   }
 }
 
-// E gradients stored as their bytes (8, 16 or 32 of them) by 8- or 16-byte writes.
+// E f32 gradients stored as G (f32, or bf16 rounded as kernels::convert rounds), 8, 16 or 32
+// bytes, by 8- or 16-byte writes.
 template <class G, int E>
-__device__ inline void store_words(G* dst, const G (&out)[E]) {
+__device__ inline void store_words(G* dst, const float (&out)[E]) {
   constexpr int kWords = E * static_cast<int>(sizeof(G)) / 4;
   uint32_t w[kWords];
 #pragma unroll
   for (int k = 0; k < kWords; ++k) {
     if constexpr (sizeof(G) == 4) w[k] = __float_as_uint(out[k]);
-    else w[k] = static_cast<uint32_t>(out[2 * k].bits) | static_cast<uint32_t>(out[2 * k + 1].bits) << 16;
+    else w[k] = kernels::pack_bf16x2(out[2 * k], out[2 * k + 1]);
   }
   if constexpr (kWords == 2) {
     *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
@@ -264,15 +266,15 @@ __device__ inline void store_words(G* dst, const G (&out)[E]) {
 // dz[j..j+4) from four logits, stored as one 8-byte (bf16) or 16-byte (f32) write.
 template <class T, class G>
 __device__ inline void store_four(G* dz, int64_t j, const float4& x, T top, T log_s, int64_t t) {
+  static_assert(std::is_same_v<T, float>, "four at a time: f32 arithmetic");
   const float xs[4] = {x.x, x.y, x.z, x.w};
-  G out[4];
+  float out[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const T p = exp_row((static_cast<T>(xs[k]) - top) - log_s);
-    out[k] = kernels::convert<G>(j + k == t ? p - T(1) : p);
+    out[k] = j + k == t ? p - T(1) : p;
   }
-  if constexpr (sizeof(G) == 2) *reinterpret_cast<uint2*>(dz + j) = *reinterpret_cast<const uint2*>(out);
-  else *reinterpret_cast<float4*>(dz + j) = *reinterpret_cast<const float4*>(out);
+  store_words(dz + j, out);
 }
 
 // A row of v logits a group of R threads of a block of K (a warp, or the whole block): losses[i]
@@ -381,13 +383,12 @@ __global__ void __launch_bounds__(K)
     constexpr int E = 16 / static_cast<int>(sizeof(Z));
     const int64_t pieces = v * static_cast<int64_t>(sizeof(Z)) / 16;
     for (int64_t c = threadIdx.x; c < pieces; c += K) {
-      float xs[E];
+      float xs[E], out[E];
       widen16<Z>(kept_row[c], xs);
-      G out[E];
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         const T p = exp_row((static_cast<T>(xs[e]) - top) - log_s);
-        out[e] = kernels::convert<G>(E * c + e == t ? p - T(1) : p);
+        out[e] = E * c + e == t ? p - T(1) : p;
       }
       store_words(dz + E * c, out);
     }

@@ -256,10 +256,7 @@ __device__ inline void store4(IO* p, int64_t quad, const float (&v)[4]) {
   if constexpr (std::is_same_v<IO, float>) {
     reinterpret_cast<float4*>(p)[quad] = make_float4(v[0], v[1], v[2], v[3]);
   } else {  // each rounded to bf16 as kernels::convert rounds it
-    const auto pack = [](float lo, float hi) {
-      return static_cast<uint32_t>(kernels::to_bf16(lo).bits) | static_cast<uint32_t>(kernels::to_bf16(hi).bits) << 16;
-    };
-    reinterpret_cast<uint2*>(p)[quad] = make_uint2(pack(v[0], v[1]), pack(v[2], v[3]));
+    reinterpret_cast<uint2*>(p)[quad] = make_uint2(kernels::pack_bf16x2(v[0], v[1]), kernels::pack_bf16x2(v[2], v[3]));
   }
 }
 

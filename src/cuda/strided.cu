@@ -257,10 +257,7 @@ __global__ void cast_kernel(const S* x, D* out, int64_t n) {
 __global__ void cast_f32_bf16x4_kernel(const float4* x, uint2* out, int64_t quads) {
   TG_GRID_STRIDE(i, quads) {
     const float4 v = x[i];
-    const auto pack = [](float lo, float hi) {
-      return static_cast<uint32_t>(kernels::to_bf16(lo).bits) | static_cast<uint32_t>(kernels::to_bf16(hi).bits) << 16;
-    };
-    out[i] = make_uint2(pack(v.x, v.y), pack(v.z, v.w));
+    out[i] = make_uint2(kernels::pack_bf16x2(v.x, v.y), kernels::pack_bf16x2(v.z, v.w));
   }
 }
 
