@@ -36,9 +36,9 @@ struct CopyEntry {
 };
 
 std::mutex g_copies_mutex;
-std::unordered_map<const void*, CopyEntry>& copies() {
-  static std::unordered_map<const void*, CopyEntry> table;
-  return table;
+std::unordered_map<const void*, CopyEntry>& copies() {  // never destroyed: owners may outlive statics
+  static auto* table = new std::unordered_map<const void*, CopyEntry>();
+  return *table;
 }
 
 }  // namespace
