@@ -2,8 +2,9 @@
 # gpu_gpt: examples/gpt on a GPU machine, in one device call (scripts/gpu_check.sh runs it too):
 #  1. the tiny config on CUDA: 30 steps and a resume to 60 against 60 in one run (the same
 #     checkpoint bytes), 60 with --graph against them (the same bytes again), the same with bf16
-#     products and activations (--autocast bf16, eager against --graph), the same with 2 value-embed
-#     planes, sparse and dense (eager against --graph), and a sample;
+#     products and activations (--autocast bf16, eager against --graph, and AdamW's bf16 weight
+#     copies against --cast-weights), the same with 2 value-embed planes, sparse and dense (eager
+#     against --graph), and a sample;
 #  2. the small config (nanoGPT's shakespeare_char sizes) on CUDA, f32, trained on this repository's
 #     own prose (docs/*.md and README.md, about 220 KB): the step time and the validation loss;
 #  3. the PyTorch parity of the small config (tests/gpt/parity.py --device cuda, dropout 0, 100
@@ -44,6 +45,10 @@ timeout 120 "$gpt" train --device cuda --steps 60 --autocast bf16 --checkpoint "
 timeout 120 "$gpt" train --device cuda --steps 60 --autocast bf16 --graph --checkpoint "$w/e.ckpt" > "$logs/tiny_bf16_graph.log" 2>&1
 if [[ -s $w/d.ckpt ]] && cmp -s "$w/d.ckpt" "$w/e.ckpt"; then line "tiny, CUDA, bf16: --graph = eager" PASS "same checkpoint bytes; $(grep '^median' "$logs/tiny_bf16_graph.log" | head -1)"
 else line "tiny, CUDA, bf16: --graph = eager" FAIL "checkpoints differ (or a run failed: $logs/tiny_bf16*.log)"; fi
+# AdamW's bf16 weight copies (the default) against casting the weights at each product
+timeout 120 "$gpt" train --device cuda --steps 60 --autocast bf16 --cast-weights --checkpoint "$w/h.ckpt" > "$logs/tiny_bf16_cast.log" 2>&1
+if [[ -s $w/h.ckpt ]] && cmp -s "$w/d.ckpt" "$w/h.ckpt"; then line "tiny, CUDA, bf16: weight copies = casts" PASS "same checkpoint bytes"
+else line "tiny, CUDA, bf16: weight copies = casts" FAIL "checkpoints differ (or the run failed: $logs/tiny_bf16_cast.log)"; fi
 # and with value embeddings, sparse (the pull after each replay) and dense: eager and --graph, the same bytes
 for mode in "" "--value-embeds-dense"; do
   # shellcheck disable=SC2086
