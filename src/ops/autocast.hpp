@@ -48,7 +48,6 @@
 // wrote in the replay before.
 #pragma once
 
-#include <cstddef>
 #include <vector>
 
 #include "tapegrad/tensor/dtype.hpp"
