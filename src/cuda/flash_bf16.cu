@@ -309,6 +309,15 @@ __device__ inline void pin(float (&d)[N][4]) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[n][e])::"memory");
 }
+// The same for A fragments read from registers by a product in flight: their registers stay theirs
+// until here.
+template <int K>
+__device__ inline void pin_fragments(uint32_t (&a)[K][4]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[k][e])::"memory");
+}
 // Shared memory written through the generic proxy (cp.async) made visible to wgmma's reads.
 __device__ inline void fence_async_shared() {
 #ifdef TG_WGMMA
@@ -642,6 +651,70 @@ __global__ void delta_bf16_64_kernel(const bf16* out, const bf16* dout, const ke
 // ----------------------------------------------------------------------------
 // forward
 
+// Tile j's online softmax on its scores s (the warp's 16 rows against N keys from k0; row[h] the
+// query of half h): keys past Tk, and after the query when causal, masked (when `masks`); the
+// running max m and sum l updated; s made 2^(s scale2 - m scale2); alpha[h] = 2^((m_old - m_new)
+// scale2), by which the output rows made so far are to be scaled.
+template <int N>
+__device__ inline void online_softmax(float (&s)[N / 8][4], float (&m)[2], float (&l)[2], float (&alpha)[2], int64_t k0,
+                                      bool masks, const int64_t (&row)[2], int64_t Tk, bool causal, float scale2) {
+  const int t = lane() % 4;
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int h = e / 2;
+      const int64_t key = k0 + 8 * n + 2 * t + e % 2;
+      if (masks && (key >= Tk || (causal && key > row[h]))) s[n][e] = -INFINITY;
+      mx[h] = fmaxf(mx[h], s[n][e]);
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_new = fmaxf(m[h], quad_max(mx[h]));
+    const float base = m_new == -INFINITY ? 0.f : m_new * scale2;  // no inf - inf
+    alpha[h] = exp2_approx(fmaf(m[h], scale2, -base));
+    m[h] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n) {
+      s[n][2 * h] = exp2_approx(fmaf(s[n][2 * h], scale2, -base));
+      s[n][2 * h + 1] = exp2_approx(fmaf(s[n][2 * h + 1], scale2, -base));
+      sum += s[n][2 * h] + s[n][2 * h + 1];
+    }
+    l[h] = fmaf(l[h], alpha[h], sum);
+  }
+}
+
+// The (16, D) output rows times each half's alpha.
+template <int D>
+__device__ inline void rescale(float (&o)[D / 8][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    o[n][0] *= alpha[0], o[n][1] *= alpha[0];
+    o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+  }
+}
+
+// The end of a forward: the output rows over their sums, stored, and lse.
+template <int D, class X>
+__device__ inline void finish_rows(float (&o)[D / 8][4], float (&l)[2], const float (&m)[2], const int64_t (&row)[2],
+                                   X* out, float* lse, const kernels::AttentionLayout& at, int64_t hi, int64_t q0,
+                                   float scale) {
+  float factor[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] = quad_sum(l[h]);
+    factor[h] = l[h] > 0.f ? 1.f / l[h] : 0.f;
+  }
+  rescale<D>(o, factor);  // store_rows takes one factor, so each row's goes into its values
+  store_rows<D>(o, 1.f, out, at.out, at.H, hi, q0, at.Tq, static_cast<int>(at.dv));
+  if (lane() % 4 == 0)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (row[h] < at.Tq) lse[hi * at.Tq + row[h]] = l[h] > 0.f ? fmaf(m[h], scale, logf(l[h])) : -INFINITY;
+}
+
 // out (rows of at.out, dv columns) and lse (heads, Tq) from q, k and v as Rows: a block per head
 // and 64 queries.
 template <class P, class X>
@@ -658,7 +731,7 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
   keys.start();
   commit();
 
-  const int g = lane() / 4, t = lane() % 4;
+  const int g = lane() / 4;
   const int r0 = 16 * warp();
   const int64_t row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
   const float scale2 = scale * kLog2e;
@@ -667,60 +740,93 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // running max (scores' units), the thread's part of the sum
   for (int j = 0; j < keys.tiles; ++j) {
     keys.wait(j);
-    float s[N / 8][4];
+    float s[N / 8][4], alpha[2];
     P::scores(s, Qs, r0, keys.K(j));
     const int64_t k0 = int64_t{j} * N;
-    const bool masks = k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0);
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < N / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2;
-        const int64_t key = k0 + 8 * n + 2 * t + e % 2;
-        if (masks && (key >= at.Tk || (causal && key > row[h]))) s[n][e] = -INFINITY;
-        mx[h] = fmaxf(mx[h], s[n][e]);
-      }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float m_new = fmaxf(m[h], quad_max(mx[h]));
-      const float base = m_new == -INFINITY ? 0.f : m_new * scale2;  // no inf - inf
-      const float alpha = exp2_approx(fmaf(m[h], scale2, -base));
-      m[h] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < N / 8; ++n) {
-        s[n][2 * h] = exp2_approx(fmaf(s[n][2 * h], scale2, -base));
-        s[n][2 * h + 1] = exp2_approx(fmaf(s[n][2 * h + 1], scale2, -base));
-        sum += s[n][2 * h] + s[n][2 * h + 1];
-      }
-      l[h] = fmaf(l[h], alpha, sum);
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[n][2 * h] *= alpha;
-        o[n][2 * h + 1] *= alpha;
-      }
-    }
+    online_softmax<N>(s, m, l, alpha, k0, k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0), row, at.Tk, causal, scale2);
+    rescale<D>(o, alpha);
     P::pz(o, s, keys.V(j));
     __syncthreads();  // the buffer is refilled next
   }
-  float factor[2];
+  finish_rows<D>(o, l, m, row, out, lse, at, hi, q0, scale);
+}
+
+// Note [overlapped wgmma forward]
+// forward_kernel's work for the Wgmma policy with tile j's scores made while tile j - 1's
+// O += P V runs (FlashAttention-3's overlap within a warpgroup): tile j's S = Q K^T and tile j-1's
+// product are issued together, the softmax of S runs once S has landed while the product still
+// runs, and O is rescaled by tile j's alpha once the product has landed, which is where
+// forward_kernel rescales it: the same operations on the same values in the same order, so the
+// same bits (a test checks). The two products in flight and the next P's fragments need more than
+// 128 registers, so this kernel runs 3 blocks a multiprocessor (up to 168), and the key and value
+// tiles take three buffers: tile j + 1 is copied in while tile j's scores and tile j - 1's values
+// are read. set_attention_overlap(false) (or TAPEGRAD_ATTENTION_OVERLAP=0) runs forward_kernel.
+template <class X>
+__global__ void __launch_bounds__(kThreads, 3)
+    forward_overlapped_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v,
+                              X* out, float* lse, const kernels::AttentionLayout at, bool causal, float scale,
+                              int64_t tiles) {
+  using P = Wgmma;
+  constexpr int D = P::D, N = P::N;
+  extern __shared__ uint4 shared16[];
+  bf16* const Qs = shared_tiles<P>(shared16);
+  bf16* const Ks = Qs + P::own;         // three tiles
+  bf16* const Vs = Ks + 3 * P::tile;    // three tiles
+  const TileOf tile = tile_of(tiles, causal, kRows);
+  const int64_t hi = tile.head, q0 = tile.first;
+  const int64_t end = causal ? std::min(q0 + kRows, at.Tk) : at.Tk;
+  const int key_tiles = static_cast<int>((end + N - 1) / N);
+  auto load = [&](int j) {
+    P::load(Ks + (j % 3) * P::tile, k, at.H, hi, int64_t{j} * N, N);
+    P::load(Vs + (j % 3) * P::tile, v, at.H, hi, int64_t{j} * N, N);
+  };
+  P::load(Qs, q, at.H, hi, q0, kRows);
+  if (key_tiles > 0) load(0);
+  commit();
+
+  const int g = lane() / 4;
+  const int r0 = 16 * warp();
+  const int64_t row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
+  const float scale2 = scale * kLog2e;
+  float o[D / 8][4];
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  uint32_t p[N / 16][4] = {};  // tile j - 1's P as A fragments: its product's operand while it runs
+  for (int j = 0; j < key_tiles; ++j) {
+    // tile j landed for the whole block, tile j + 1 on its way (into the buffer of tile j - 2, whose
+    // products have finished: the barrier at the end of the last pass)
+    if (j + 1 < key_tiles) {
+      load(j + 1);
+      commit();
+      wait_groups<1>();
+    } else {
+      wait_groups<0>();
+    }
+    P::landed();
+    __syncthreads();
+    float s[N / 8][4], alpha[2];
+    P::issue_scores(s, Qs, r0, Ks + (j % 3) * P::tile);
+    if (j > 0) {
+      P::issue_az(o, p, Vs + ((j - 1) % 3) * P::tile);
+      P::wait<1>(s);  // the scores; the product goes on
+    } else {
+      P::wait<0>(s);
+    }
+    const int64_t k0 = int64_t{j} * N;
+    online_softmax<N>(s, m, l, alpha, k0, k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0), row, at.Tk, causal, scale2);
+    uint32_t next[N / 16][4];
+    to_fragments<N>(next, s);
+    P::wait<0>(o);
+    pin_fragments(p);  // the finished product's operand, kept until here
+    rescale<D>(o, alpha);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] = quad_sum(l[h]);
-    factor[h] = l[h] > 0.f ? 1.f / l[h] : 0.f;
+    for (int kc = 0; kc < N / 16; ++kc)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[kc][e] = next[kc][e];
+    __syncthreads();  // the buffers of tile j - 1 are refilled next
   }
-  // o's rows scaled one by one: store_rows takes one factor, so fold each row's into its values
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n) {
-    o[n][0] *= factor[0], o[n][1] *= factor[0];
-    o[n][2] *= factor[1], o[n][3] *= factor[1];
-  }
-  store_rows<D>(o, 1.f, out, at.out, at.H, hi, q0, at.Tq, static_cast<int>(at.dv));
-  if (t == 0)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      if (row[h] < at.Tq) lse[hi * at.Tq + row[h]] = l[h] > 0.f ? fmaf(m[h], scale, logf(l[h])) : -INFINITY;
+  if (key_tiles > 0) P::az(o, p, Vs + ((key_tiles - 1) % 3) * P::tile);
+  finish_rows<D>(o, l, m, row, out, lse, at, hi, q0, scale);
 }
 
 // ----------------------------------------------------------------------------
@@ -980,12 +1086,31 @@ struct Operands {
   }
 };
 
+// Switches of a run (tests and benchmarks use set_attention_wgmma, set_attention_overlap): on unless
+// the environment's TAPEGRAD_ATTENTION_WGMMA, or TAPEGRAD_ATTENTION_OVERLAP, is 0.
+bool switched_on(const char* name) {
+  const char* env = std::getenv(name);
+  return !(env && env[0] == '0' && env[1] == '\0');
+}
+std::atomic<bool> g_wgmma{switched_on("TAPEGRAD_ATTENTION_WGMMA")};
+std::atomic<bool> g_overlap{switched_on("TAPEGRAD_ATTENTION_OVERLAP")};
+
 template <class P, class X>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at, bool causal,
              float scale, Tensor& out, Tensor& lse) {
   const Operands o = Operands::of<X>(q, k, v, at, P::D);
   int64_t tiles = 0;
   const unsigned grid = grid_of(at.B * at.H, at.Tq, &tiles);
+  if constexpr (std::is_same_v<P, Wgmma>) {
+    if (g_overlap.load()) {  // Note [overlapped wgmma forward]
+      const size_t bytes = sizeof(bf16) * (P::own + 6 * P::tile) + (P::align - 16);
+      allow_shared(forward_overlapped_kernel<X>, bytes);
+      forward_overlapped_kernel<X><<<grid, kThreads, bytes, stream_for(q)>>>(o.q, o.k, o.v, mdata<X>(out),
+                                                                             mdata<float>(lse), at, causal, scale, tiles);
+      TG_CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   const size_t bytes = sizeof(bf16) * (P::own + 4 * P::tile) + (P::align - 16);
   allow_shared(forward_kernel<P, X>, bytes);
   forward_kernel<P, X><<<grid, kThreads, bytes, stream_for(q)>>>(o.q, o.k, o.v, mdata<X>(out), mdata<float>(lse), at,
@@ -1038,11 +1163,6 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   }
 }
 
-// On unless TAPEGRAD_ATTENTION_WGMMA=0 (a run's switch; tests and benchmarks use set_attention_wgmma).
-std::atomic<bool> g_wgmma{[] {
-  const char* env = std::getenv("TAPEGRAD_ATTENTION_WGMMA");
-  return !(env && env[0] == '0' && env[1] == '\0');
-}()};
 
 // Compute capability 9.0 (H100, H200): the devices the sm_90a code runs on, per device index.
 bool hopper(int device) {
@@ -1075,6 +1195,8 @@ void dispatch(int D, const Tensor& q, F&& f) {
 }  // namespace
 
 void set_attention_wgmma(bool use) { g_wgmma.store(use); }
+void set_attention_overlap(bool use) { g_overlap.store(use); }
+bool attention_overlap() { return g_overlap.load(); }
 bool attention_wgmma() { return g_wgmma.load(); }
 bool attention_wgmma_available(int device) { return hopper(device); }
 

@@ -1272,9 +1272,10 @@ TEST_CASE("[gpu] the attention's wgmma kernels (Hopper) against its mma.sync ker
                                ", d " + std::to_string(s.d) + ")" + (s.causal ? " causal" : "") +
                                (bf16_qkv ? ", bf16 qkv" : ", f32 qkv");
       const Tensor x = random({s.b, s.t, 3 * C}, DType::f32, -1, 1), r = random({s.b, s.t, C}, DType::f32, -1, 1);
-      auto run = [&](bool wgmma) {
-        const bool was = cuda::attention_wgmma();
+      auto run = [&](bool wgmma, bool overlap = true) {
+        const bool was = cuda::attention_wgmma(), overlapped = cuda::attention_overlap();
         cuda::set_attention_wgmma(wgmma);
+        cuda::set_attention_overlap(overlap);
         Graph g;
         Var qkv = g.parameter(x.to(kGpu));
         Var y;
@@ -1284,12 +1285,15 @@ TEST_CASE("[gpu] the attention's wgmma kernels (Hopper) against its mma.sync ker
         }
         g.backward(ops::sum(ops::mul(y, g.input(r.to(kGpu)))));
         cuda::set_attention_wgmma(was);
+        cuda::set_attention_overlap(overlapped);
         return std::vector<Tensor>{y.value().to(kCpu), qkv.grad().to(kCpu)};
       };
-      const std::vector<Tensor> mma = run(false), wg = run(true), again = run(true);
+      const std::vector<Tensor> mma = run(false), wg = run(true), again = run(true), one_at_a_time = run(true, false);
       const std::string parts[] = {" forward", " d qkv"};
       for (size_t i = 0; i < 2; ++i) {
         check_bits(wg[i], again[i], what + parts[i] + ": wgmma, two runs");
+        // Note [overlapped wgmma forward]: the overlapped forward's bits are the one-product-at-a-time one's
+        check_bits(one_at_a_time[i], wg[i], what + parts[i] + ": wgmma forward overlapped, and a product at a time");
         const std::vector<double> a = mma[i].to_doubles(), b = wg[i].to_doubles();
         double diff = 0.0, norm = 0.0, worst = 0.0;
         size_t same = 0, worst_at = 0;
