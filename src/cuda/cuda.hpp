@@ -51,9 +51,9 @@ bool allow_tf32();
 void set_attention_wgmma(bool use);
 bool attention_wgmma();
 bool attention_wgmma_available(int device = 0);  // compute capability 9.0
-// The wgmma forward with a tile's scores made while the last tile's product runs, by default;
-// set_attention_overlap(false), or TAPEGRAD_ATTENTION_OVERLAP=0, runs it a product at a time (Note
-// [overlapped wgmma forward]). The same bits either way.
+// The wgmma forward with a tile's scores made while the last tile's product runs, and dQ's kernel
+// likewise, by default; set_attention_overlap(false), or TAPEGRAD_ATTENTION_OVERLAP=0, runs them a
+// product at a time (Note [overlapped wgmma forward]). The same bits either way.
 void set_attention_overlap(bool use);
 bool attention_overlap();
 

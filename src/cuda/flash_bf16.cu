@@ -760,7 +760,8 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
 // same bits (a test checks). The two products in flight and the next P's fragments need more than
 // 128 registers, so this kernel runs 3 blocks a multiprocessor (up to 168), and the key and value
 // tiles take three buffers: tile j + 1 is copied in while tile j's scores and tile j - 1's values
-// are read. set_attention_overlap(false) (or TAPEGRAD_ATTENTION_OVERLAP=0) runs forward_kernel.
+// are read. dq_overlapped_kernel does the same for dQ's product. set_attention_overlap(false) (or
+// TAPEGRAD_ATTENTION_OVERLAP=0) runs forward_kernel and dq_kernel.
 template <class X>
 __global__ void __launch_bounds__(kThreads, 3)
     forward_overlapped_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v,
@@ -932,6 +933,33 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::dkdv_blocks)
   store_rows<D>(dv_acc, 1.f, dv, at.dv_, at.H, hi, k0, at.Tk, static_cast<int>(at.dv));
 }
 
+// dQ's tile: P = 2^(S scale2 - lse2) from the scores in p, zero where masked (keys past Tk, or
+// after the query when causal), rounded to bf16 as pb (the fragments both kernels use).
+template <int N>
+__device__ inline void dq_probabilities(float (&p)[N / 8][4], uint32_t (&pb)[N / 16][4], int64_t k0, bool masks,
+                                        const int64_t (&row)[2], int64_t Tk, bool causal, float scale2,
+                                        const float (&lse2)[2]) {
+  const int t = lane() % 4;
+#pragma unroll
+  for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int h = e / 2;
+      const int64_t key = k0 + 8 * n + 2 * t + e % 2;
+      p[n][e] = exp2_approx(fmaf(p[n][e], scale2, -lse2[h]));
+      if (masks && (key >= Tk || (causal && key > row[h]))) p[n][e] = 0.f;
+    }
+  to_fragments<N>(pb, p);
+}
+// ... and dS = P (dP - delta) from dP in ds and the bf16 P.
+template <int N>
+__device__ inline void dq_scores_grad(float (&ds)[N / 8][4], const uint32_t (&pb)[N / 16][4], const float (&dlt)[2]) {
+#pragma unroll
+  for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) ds[n][e] = element<N>(pb, n, e) * (ds[n][e] - dlt[e / 2]);
+}
+
 // dq (rows of at.dq) from the packed q, k, v, dout and delta: a block per head and 64 queries, the
 // key tiles streaming.
 template <class P, class X>
@@ -951,7 +979,7 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
   keys.start();
   commit();
 
-  const int g = lane() / 4, t = lane() % 4;
+  const int g = lane() / 4;
   const int r0 = 16 * warp();
   const int64_t row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
   const float scale2 = scale * kLog2e;
@@ -966,27 +994,91 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
     P::issue_scores(p, Qs, r0, keys.K(j));  // S; with asynchronous products dP = dO V^T runs while P is made
     if constexpr (P::async) P::issue_scores(ds, Gs, r0, keys.V(j));
     P::template wait<P::async ? 1 : 0>(p);
-    const bool masks = k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0);
-#pragma unroll
-    for (int n = 0; n < N / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e / 2;
-        const int64_t key = k0 + 8 * n + 2 * t + e % 2;
-        p[n][e] = exp2_approx(fmaf(p[n][e], scale2, -lse2[h]));
-        if (masks && (key >= at.Tk || (causal && key > row[h]))) p[n][e] = 0.f;
-      }
     uint32_t pb[N / 16][4];  // P in bf16, as the dK/dV kernel uses it
-    to_fragments<N>(pb, p);
+    dq_probabilities<N>(p, pb, k0, k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0), row, at.Tk, causal, scale2, lse2);
     if constexpr (!P::async) P::issue_scores(ds, Gs, r0, keys.V(j));  // dP = dO V^T
     P::template wait<0>(ds);
-#pragma unroll
-    for (int n = 0; n < N / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ds[n][e] = element<N>(pb, n, e) * (ds[n][e] - dlt[e / 2]);
+    dq_scores_grad<N>(ds, pb, dlt);
     P::pz(dq_acc, ds, keys.K(j));  // dQ += dS K
     __syncthreads();
   }
+  store_rows<D>(dq_acc, scale, dq, at.dq, at.H, hi, q0, at.Tq, static_cast<int>(at.d));
+}
+
+// dq_kernel's work for the Wgmma policy with tile j - 1's dQ += dS K made while tile j's P and dS
+// are (Note [overlapped wgmma forward]'s way): tile j's S and dP are issued, then tile j - 1's dQ
+// product behind them, and it is waited for once dS is made. The same products into the same
+// accumulator in the same order: the same bits. No product runs across the loop's end (ptxas
+// serializes the products when one does). Three key and value buffers (tile j - 1's keys are read
+// by its dQ product while tile j is used and tile j + 1 copied in), 3 blocks a multiprocessor.
+template <class X>
+__global__ void __launch_bounds__(kThreads, 3)
+    dq_overlapped_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v,
+                         const __grid_constant__ Rows dout, const float* lse, const float* delta, X* dq,
+                         const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
+  using P = Wgmma;
+  constexpr int D = P::D, N = P::N;
+  extern __shared__ uint4 shared16[];
+  bf16* const Qs = shared_tiles<P>(shared16);
+  bf16* const Gs = Qs + P::own;
+  bf16* const Ks = Gs + P::own;       // three tiles
+  bf16* const Vs = Ks + 3 * P::tile;  // three tiles
+  const TileOf tile = tile_of(tiles, causal, kRows);
+  const int64_t hi = tile.head, q0 = tile.first;
+  const int64_t end = causal ? std::min(q0 + kRows, at.Tk) : at.Tk;
+  const int key_tiles = static_cast<int>((end + N - 1) / N);
+  auto load = [&](int j) {
+    P::load(Ks + (j % 3) * P::tile, k, at.H, hi, int64_t{j} * N, N);
+    P::load(Vs + (j % 3) * P::tile, v, at.H, hi, int64_t{j} * N, N);
+  };
+  P::load(Qs, q, at.H, hi, q0, kRows);
+  P::load(Gs, dout, at.H, hi, q0, kRows);
+  if (key_tiles > 0) load(0);
+  commit();
+
+  const int g = lane() / 4;
+  const int r0 = 16 * warp();
+  const int64_t row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
+  const float scale2 = scale * kLog2e;
+  const float lse2[2] = {lse2_at(lse, hi, at.Tq, row[0]), lse2_at(lse, hi, at.Tq, row[1])};
+  const float dlt[2] = {delta_at(delta, hi, at.Tq, row[0]), delta_at(delta, hi, at.Tq, row[1])};
+  float dq_acc[D / 8][4];
+  zero(dq_acc);
+  uint32_t dsb[N / 16][4];  // tile j - 1's dS as A fragments: its dQ product's operand while it runs
+  // tile j; the first (kFirst) has no dQ product before it (a pass of its own: ptxas serializes
+  // the products where a branch decides how many are in flight)
+  auto pass = [&]<bool kFirst>(int j) {
+    // tile j landed for the whole block, tile j + 1 on its way (into the buffer of tile j - 2, whose
+    // products have finished: the barrier at the end of the last pass)
+    if (j + 1 < key_tiles) {
+      load(j + 1);
+      commit();
+      wait_groups<1>();
+    } else {
+      wait_groups<0>();
+    }
+    P::landed();
+    __syncthreads();
+    const int64_t k0 = int64_t{j} * N;
+    float p[N / 8][4], ds[N / 8][4];
+    P::issue_scores(p, Qs, r0, Ks + (j % 3) * P::tile);  // S
+    P::issue_scores(ds, Gs, r0, Vs + (j % 3) * P::tile);  // dP = dO V^T
+    if constexpr (!kFirst) P::issue_az(dq_acc, dsb, Ks + ((j + 2) % 3) * P::tile);  // tile j - 1's dQ += dS K
+    P::wait<kFirst ? 1 : 2>(p);  // S; dP and the dQ product go on
+    uint32_t pb[N / 16][4];
+    dq_probabilities<N>(p, pb, k0, k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0), row, at.Tk, causal, scale2, lse2);
+    P::wait<kFirst ? 0 : 1>(ds);  // dP; the dQ product goes on
+    dq_scores_grad<N>(ds, pb, dlt);
+    if constexpr (!kFirst) {
+      P::wait<0>(dq_acc);
+      pin_fragments(dsb);  // the finished product's operand, kept until here
+    }
+    to_fragments<N>(dsb, ds);
+    __syncthreads();  // the buffers of tile j - 1 are refilled next
+  };
+  if (key_tiles > 0) pass.template operator()<true>(0);
+  for (int j = 1; j < key_tiles; ++j) pass.template operator()<false>(j);
+  if (key_tiles > 0) P::az(dq_acc, dsb, Ks + ((key_tiles - 1) % 3) * P::tile);
   store_rows<D>(dq_acc, scale, dq, at.dq, at.H, hi, q0, at.Tq, static_cast<int>(at.d));
 }
 
@@ -1153,6 +1245,19 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
                                                                   cdata<float>(delta), mdata<X>(dk), mdata<X>(dv), at,
                                                                   causal, scale, key_tiles);
     TG_CUDA_CHECK_LAUNCH();
+  }
+  if constexpr (std::is_same_v<P, Wgmma>) {
+    if (g_overlap.load()) {  // dq_overlapped_kernel
+      const size_t bytes = sizeof(bf16) * (2 * P::own + 6 * P::tile) + (P::align - 16);
+      allow_shared(dq_overlapped_kernel<X>, bytes);
+      if (query_grid > 0) {
+        dq_overlapped_kernel<X><<<query_grid, kThreads, bytes, stream>>>(o.q, o.k, o.v, g, cdata<float>(lse),
+                                                                         cdata<float>(delta), mdata<X>(dq), at, causal,
+                                                                         scale, query_tiles);
+        TG_CUDA_CHECK_LAUNCH();
+      }
+      return;
+    }
   }
   const size_t dq_bytes = sizeof(bf16) * (2 * P::own + 4 * P::tile) + (P::align - 16);
   allow_shared(dq_kernel<P, X>, dq_bytes);
