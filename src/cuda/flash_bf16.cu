@@ -506,24 +506,25 @@ __device__ void store_rows(const float (&acc)[D / 8][4], float factor, X* x, con
 }
 
 // The key and value tiles a block of queries streams through (forward, dQ): all of them, or up to
-// the one holding the block's last query when causal; double-buffered in shared memory, tile j
-// in buffer j % 2, tile j + 1 copied in while tile j is used.
-template <class P>
+// the one holding the block's last query when causal; kBuffers of each in shared memory, tile j
+// in buffer j % kBuffers, tile j + 1 copied in while tile j is used (and, with three, while tile
+// j - 1 is still read by a product in flight: Note [overlapped wgmma forward]).
+template <class P, int kBuffers = 2>
 struct KeyStream {
   static constexpr int N = P::N;
-  bf16 *Ks, *Vs;         // two buffers each
+  bf16 *Ks, *Vs;         // kBuffers each
   const Rows &k, &v;     // __grid_constant__ parameters
   int64_t H, hi;
   int tiles;
   __device__ KeyStream(bf16* shared, const Rows& k, const Rows& v, const kernels::AttentionLayout& at, int64_t hi,
                        int64_t q0, bool causal)
-      : Ks(shared), Vs(shared + 2 * P::tile), k(k), v(v), H(at.H), hi(hi) {
+      : Ks(shared), Vs(shared + kBuffers * P::tile), k(k), v(v), H(at.H), hi(hi) {
     const int64_t end = causal ? std::min(q0 + kRows, at.Tk) : at.Tk;
     tiles = static_cast<int>((end + N - 1) / N);
   }
   __device__ void load(int j) {
-    P::load(Ks + (j % 2) * P::tile, k, H, hi, int64_t{j} * N, N);
-    P::load(Vs + (j % 2) * P::tile, v, H, hi, int64_t{j} * N, N);
+    P::load(Ks + (j % kBuffers) * P::tile, k, H, hi, int64_t{j} * N, N);
+    P::load(Vs + (j % kBuffers) * P::tile, v, H, hi, int64_t{j} * N, N);
   }
   // The first tile's copies join the caller's group (it commits them with its own).
   __device__ void start() {
@@ -541,8 +542,8 @@ struct KeyStream {
     P::landed();
     __syncthreads();
   }
-  __device__ const bf16* K(int j) const { return Ks + (j % 2) * P::tile; }
-  __device__ const bf16* V(int j) const { return Vs + (j % 2) * P::tile; }
+  __device__ const bf16* K(int j) const { return Ks + (j % kBuffers) * P::tile; }
+  __device__ const bf16* V(int j) const { return Vs + (j % kBuffers) * P::tile; }
 };
 
 // The kernel's dynamic shared memory, its start rounded up to P::align bytes (the launchers ask
@@ -770,19 +771,12 @@ __global__ void __launch_bounds__(kThreads, 3)
   using P = Wgmma;
   constexpr int D = P::D, N = P::N;
   extern __shared__ uint4 shared16[];
-  bf16* const Qs = shared_tiles<P>(shared16);
-  bf16* const Ks = Qs + P::own;         // three tiles
-  bf16* const Vs = Ks + 3 * P::tile;    // three tiles
+  bf16* Qs = shared_tiles<P>(shared16);
   const TileOf tile = tile_of(tiles, causal, kRows);
   const int64_t hi = tile.head, q0 = tile.first;
-  const int64_t end = causal ? std::min(q0 + kRows, at.Tk) : at.Tk;
-  const int key_tiles = static_cast<int>((end + N - 1) / N);
-  auto load = [&](int j) {
-    P::load(Ks + (j % 3) * P::tile, k, at.H, hi, int64_t{j} * N, N);
-    P::load(Vs + (j % 3) * P::tile, v, at.H, hi, int64_t{j} * N, N);
-  };
+  KeyStream<P, 3> keys(Qs + P::own, k, v, at, hi, q0, causal);
   P::load(Qs, q, at.H, hi, q0, kRows);
-  if (key_tiles > 0) load(0);
+  keys.start();
   commit();
 
   const int g = lane() / 4;
@@ -793,22 +787,12 @@ __global__ void __launch_bounds__(kThreads, 3)
   zero(o);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   uint32_t p[N / 16][4] = {};  // tile j - 1's P as A fragments: its product's operand while it runs
-  for (int j = 0; j < key_tiles; ++j) {
-    // tile j landed for the whole block, tile j + 1 on its way (into the buffer of tile j - 2, whose
-    // products have finished: the barrier at the end of the last pass)
-    if (j + 1 < key_tiles) {
-      load(j + 1);
-      commit();
-      wait_groups<1>();
-    } else {
-      wait_groups<0>();
-    }
-    P::landed();
-    __syncthreads();
+  for (int j = 0; j < keys.tiles; ++j) {
+    keys.wait(j);  // tile j + 1 goes into the buffer of tile j - 2, whose products have finished
     float s[N / 8][4], alpha[2];
-    P::issue_scores(s, Qs, r0, Ks + (j % 3) * P::tile);
+    P::issue_scores(s, Qs, r0, keys.K(j));
     if (j > 0) {
-      P::issue_az(o, p, Vs + ((j - 1) % 3) * P::tile);
+      P::issue_az(o, p, keys.V(j - 1));
       P::wait<1>(s);  // the scores; the product goes on
     } else {
       P::wait<0>(s);
@@ -826,7 +810,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       for (int e = 0; e < 4; ++e) p[kc][e] = next[kc][e];
     __syncthreads();  // the buffers of tile j - 1 are refilled next
   }
-  if (key_tiles > 0) P::az(o, p, Vs + ((key_tiles - 1) % 3) * P::tile);
+  if (keys.tiles > 0) P::az(o, p, keys.V(keys.tiles - 1));
   finish_rows<D>(o, l, m, row, out, lse, at, hi, q0, scale);
 }
 
@@ -1019,21 +1003,14 @@ __global__ void __launch_bounds__(kThreads, 3)
   using P = Wgmma;
   constexpr int D = P::D, N = P::N;
   extern __shared__ uint4 shared16[];
-  bf16* const Qs = shared_tiles<P>(shared16);
-  bf16* const Gs = Qs + P::own;
-  bf16* const Ks = Gs + P::own;       // three tiles
-  bf16* const Vs = Ks + 3 * P::tile;  // three tiles
+  bf16* Qs = shared_tiles<P>(shared16);
+  bf16* Gs = Qs + P::own;
   const TileOf tile = tile_of(tiles, causal, kRows);
   const int64_t hi = tile.head, q0 = tile.first;
-  const int64_t end = causal ? std::min(q0 + kRows, at.Tk) : at.Tk;
-  const int key_tiles = static_cast<int>((end + N - 1) / N);
-  auto load = [&](int j) {
-    P::load(Ks + (j % 3) * P::tile, k, at.H, hi, int64_t{j} * N, N);
-    P::load(Vs + (j % 3) * P::tile, v, at.H, hi, int64_t{j} * N, N);
-  };
+  KeyStream<P, 3> keys(Gs + P::own, k, v, at, hi, q0, causal);
   P::load(Qs, q, at.H, hi, q0, kRows);
   P::load(Gs, dout, at.H, hi, q0, kRows);
-  if (key_tiles > 0) load(0);
+  keys.start();
   commit();
 
   const int g = lane() / 4;
@@ -1048,22 +1025,12 @@ __global__ void __launch_bounds__(kThreads, 3)
   // tile j; the first (kFirst) has no dQ product before it (a pass of its own: ptxas serializes
   // the products where a branch decides how many are in flight)
   auto pass = [&]<bool kFirst>(int j) {
-    // tile j landed for the whole block, tile j + 1 on its way (into the buffer of tile j - 2, whose
-    // products have finished: the barrier at the end of the last pass)
-    if (j + 1 < key_tiles) {
-      load(j + 1);
-      commit();
-      wait_groups<1>();
-    } else {
-      wait_groups<0>();
-    }
-    P::landed();
-    __syncthreads();
+    keys.wait(j);  // tile j + 1 goes into the buffer of tile j - 2, whose products have finished
     const int64_t k0 = int64_t{j} * N;
     float p[N / 8][4], ds[N / 8][4];
-    P::issue_scores(p, Qs, r0, Ks + (j % 3) * P::tile);  // S
-    P::issue_scores(ds, Gs, r0, Vs + (j % 3) * P::tile);  // dP = dO V^T
-    if constexpr (!kFirst) P::issue_az(dq_acc, dsb, Ks + ((j + 2) % 3) * P::tile);  // tile j - 1's dQ += dS K
+    P::issue_scores(p, Qs, r0, keys.K(j));  // S
+    P::issue_scores(ds, Gs, r0, keys.V(j));  // dP = dO V^T
+    if constexpr (!kFirst) P::issue_az(dq_acc, dsb, keys.K(j - 1));  // tile j - 1's dQ += dS K
     P::wait<kFirst ? 1 : 2>(p);  // S; dP and the dQ product go on
     uint32_t pb[N / 16][4];
     dq_probabilities<N>(p, pb, k0, k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0), row, at.Tk, causal, scale2, lse2);
@@ -1076,9 +1043,9 @@ __global__ void __launch_bounds__(kThreads, 3)
     to_fragments<N>(dsb, ds);
     __syncthreads();  // the buffers of tile j - 1 are refilled next
   };
-  if (key_tiles > 0) pass.template operator()<true>(0);
-  for (int j = 1; j < key_tiles; ++j) pass.template operator()<false>(j);
-  if (key_tiles > 0) P::az(dq_acc, dsb, Ks + ((key_tiles - 1) % 3) * P::tile);
+  if (keys.tiles > 0) pass.template operator()<true>(0);
+  for (int j = 1; j < keys.tiles; ++j) pass.template operator()<false>(j);
+  if (keys.tiles > 0) P::az(dq_acc, dsb, keys.K(keys.tiles - 1));
   store_rows<D>(dq_acc, scale, dq, at.dq, at.H, hi, q0, at.Tq, static_cast<int>(at.d));
 }
 
