@@ -116,14 +116,16 @@ int main(int argc, char** argv) {
       kernels::attention_backward(q, k, v, out, dout, lse, at, causal, scale, delta, dq, dk, dv, bf16);
     };
     row("tapegrad forward" + size_bf16 + mode, median_ms(reps, [&] { forward(); synchronize(dev); }), fwd_flops);
-    if (wgmma) {  // the forward and dQ a product at a time, as before Note [overlapped wgmma forward]
-      cuda::set_attention_overlap(false);
-      row("tapegrad forward" + size_bf16 + mode + ", a product at a time",
-          median_ms(reps, [&] { forward(); synchronize(dev); }), fwd_flops);
-      forward();
-      row("tapegrad backward" + size_bf16 + mode + ", dQ a product at a time",
-          median_ms(reps, [&] { backward(); synchronize(dev); }), bwd_flops);
-      cuda::set_attention_overlap(true);
+    if (wgmma) {  // Note [overlapped wgmma forward]: every kernel a product at a time, then dK/dV's overlapped too
+      for (unsigned overlap : {0u, 7u}) {
+        cuda::set_attention_overlap(overlap);
+        const std::string how = overlap ? ", all overlapped" : ", a product at a time";
+        row("tapegrad forward" + size_bf16 + mode + how, median_ms(reps, [&] { forward(); synchronize(dev); }), fwd_flops);
+        forward();
+        row("tapegrad backward" + size_bf16 + mode + how, median_ms(reps, [&] { backward(); synchronize(dev); }),
+            bwd_flops);
+      }
+      cuda::set_attention_overlap(cuda::kOverlapDefault);
     }
     forward();
     row("tapegrad backward" + size_bf16 + mode, median_ms(reps, [&] { backward(); synchronize(dev); }), bwd_flops);

@@ -51,10 +51,14 @@ bool allow_tf32();
 void set_attention_wgmma(bool use);
 bool attention_wgmma();
 bool attention_wgmma_available(int device = 0);  // compute capability 9.0
-// The wgmma forward with a tile's scores made while the last tile's product runs, and dQ's kernel
-// likewise, by default; set_attention_overlap(false), or TAPEGRAD_ATTENTION_OVERLAP=0, runs them a
-// product at a time (Note [overlapped wgmma forward]). The same bits either way.
-void set_attention_overlap(bool use);
-bool attention_overlap();
+// Which of the wgmma attention's kernels run a tile's products while the arithmetic around them
+// runs (Note [overlapped wgmma forward]): a mask of kOverlapForward, kOverlapDq and kOverlapDkdv,
+// by default the forward and dQ (dK/dV's overlapped kernel holds 2 blocks a multiprocessor where
+// the other holds 3: a device's timing decides). TAPEGRAD_ATTENTION_OVERLAP=N (0 to 7) in the
+// environment sets the mask of a run. The same bits whichever kernels run.
+inline constexpr unsigned kOverlapForward = 1, kOverlapDq = 2, kOverlapDkdv = 4;
+inline constexpr unsigned kOverlapDefault = kOverlapForward | kOverlapDq;
+void set_attention_overlap(unsigned kernels);
+unsigned attention_overlap();
 
 }  // namespace tapegrad::cuda

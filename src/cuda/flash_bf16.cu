@@ -61,6 +61,7 @@ constexpr const char* kOp = "scaled_dot_product_attention";
 using bf16 = __nv_bfloat16;
 
 constexpr int kRows = 64;     // rows a block owns; 16 a warp
+constexpr int kOverlappedDkdvBlocks = 2;  // dkdv_overlapped_kernel's blocks a multiprocessor
 constexpr int kThreads = 128;  // 4 warps
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -505,6 +506,21 @@ __device__ void store_rows(const float (&acc)[D / 8][4], float factor, X* x, con
   }
 }
 
+// A stream's tile j has landed for every thread of the block, and tile j + 1 is on its way
+// (s.load(j + 1) where s.tiles has it): KeyStream's and QueryStream's wait.
+template <class P, class Stream>
+__device__ void land_tile(Stream& s, int j) {
+  if (j + 1 < s.tiles) {
+    s.load(j + 1);
+    commit();
+    wait_groups<1>();
+  } else {
+    wait_groups<0>();
+  }
+  P::landed();
+  __syncthreads();
+}
+
 // The key and value tiles a block of queries streams through (forward, dQ): all of them, or up to
 // the one holding the block's last query when causal; kBuffers of each in shared memory, tile j
 // in buffer j % kBuffers, tile j + 1 copied in while tile j is used (and, with three, while tile
@@ -531,17 +547,7 @@ struct KeyStream {
     if (tiles > 0) load(0);
   }
   // Tile j has landed for every thread of the block; tile j + 1 is on its way.
-  __device__ void wait(int j) {
-    if (j + 1 < tiles) {
-      load(j + 1);
-      commit();
-      wait_groups<1>();
-    } else {
-      wait_groups<0>();
-    }
-    P::landed();
-    __syncthreads();
-  }
+  __device__ void wait(int j) { land_tile<P>(*this, j); }
   __device__ const bf16* K(int j) const { return Ks + (j % kBuffers) * P::tile; }
   __device__ const bf16* V(int j) const { return Vs + (j % kBuffers) * P::tile; }
 };
@@ -761,8 +767,8 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
 // same bits (a test checks). The two products in flight and the next P's fragments need more than
 // 128 registers, so this kernel runs 3 blocks a multiprocessor (up to 168), and the key and value
 // tiles take three buffers: tile j + 1 is copied in while tile j's scores and tile j - 1's values
-// are read. dq_overlapped_kernel does the same for dQ's product. set_attention_overlap(false) (or
-// TAPEGRAD_ATTENTION_OVERLAP=0) runs forward_kernel and dq_kernel.
+// are read. dq_overlapped_kernel and dkdv_overlapped_kernel do the same for the backward's
+// products. set_attention_overlap (or TAPEGRAD_ATTENTION_OVERLAP) chooses which run (cuda.hpp).
 template <class X>
 __global__ void __launch_bounds__(kThreads, 3)
     forward_overlapped_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v,
@@ -825,6 +831,78 @@ __device__ inline float delta_at(const float* delta, int64_t hi, int64_t Tq, int
   return row < Tq ? delta[hi * Tq + row] : 0.f;
 }
 
+// The query tiles a block of keys streams through (dK/dV): q's and dO's rows and their lse (base 2)
+// and delta, from the first tile the block's keys see (causal: the one holding its first key) to
+// the last; kBuffers of each in shared memory, tile i in buffer i % kBuffers, tile i + 1 copied in
+// while tile i is used (and, with three, while tile i - 1 is still read by a product in flight).
+template <class P, int kBuffers = 2>
+struct QueryStream {
+  static constexpr int N = P::N;
+  bf16 *Qs, *Gs;         // kBuffers each
+  float* stats;          // kBuffers of (lse2, delta) for N rows
+  const Rows &q, &dout;  // __grid_constant__ parameters
+  const float *lse, *delta;
+  int64_t H, Tq, hi, first;
+  int tiles;
+  __device__ QueryStream(bf16* shared, const Rows& q, const Rows& dout, const float* lse, const float* delta,
+                         const kernels::AttentionLayout& at, int64_t hi, int64_t k0, bool causal)
+      : Qs(shared), Gs(shared + kBuffers * P::tile), stats(reinterpret_cast<float*>(Gs + kBuffers * P::tile)), q(q),
+        dout(dout), lse(lse), delta(delta), H(at.H), Tq(at.Tq), hi(hi), first(causal ? k0 / N * N : 0) {
+    tiles = static_cast<int>((at.Tq - first + N - 1) / N);
+  }
+  __device__ int64_t t0(int i) const { return first + int64_t{i} * N; }
+  __device__ void load(int i) {
+    const int b = i % kBuffers;
+    P::load(Qs + b * P::tile, q, H, hi, t0(i), N);
+    P::load(Gs + b * P::tile, dout, H, hi, t0(i), N);
+    for (int r = threadIdx.x; r < N; r += kThreads) {
+      stats[b * 2 * N + r] = lse2_at(lse, hi, Tq, t0(i) + r);
+      stats[b * 2 * N + N + r] = delta_at(delta, hi, Tq, t0(i) + r);
+    }
+  }
+  // The first tile's copies join the caller's group (it commits them with its own).
+  __device__ void start() {
+    if (tiles > 0) load(0);
+  }
+  __device__ void wait(int i) { land_tile<P>(*this, i); }
+  __device__ const bf16* Q(int i) const { return Qs + (i % kBuffers) * P::tile; }
+  __device__ const bf16* G(int i) const { return Gs + (i % kBuffers) * P::tile; }
+  __device__ const float* lse2(int i) const { return stats + (i % kBuffers) * 2 * N; }
+  __device__ const float* delta_of(int i) const { return lse2(i) + N; }
+};
+// The shared memory QueryStream<P, kBuffers> takes, in bytes.
+template <class P, int kBuffers>
+constexpr size_t query_stream_bytes() {
+  return sizeof(bf16) * 2 * kBuffers * P::tile + sizeof(float) * 2 * kBuffers * P::N;
+}
+
+// dK/dV's query tile: P^T = 2^(S^T scale2 - lse2) from the scores in p (the warp's 16 keys, row
+// key[h] of half h, against N queries from t0), zero where a key comes after its query when
+// `masks`, rounded to bf16 as pb (the operand of dV's product and of dS^T).
+template <int N>
+__device__ inline void dkdv_probabilities(float (&p)[N / 8][4], uint32_t (&pb)[N / 16][4], const float* lse2,
+                                          bool masks, const int64_t (&key)[2], int64_t t0, float scale2) {
+  const int t = lane() % 4;
+#pragma unroll
+  for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = 8 * n + 2 * t + e % 2;
+      p[n][e] = exp2_approx(fmaf(p[n][e], scale2, -lse2[c]));
+      if (masks && key[e / 2] > t0 + c) p[n][e] = 0.f;
+    }
+  to_fragments<N>(pb, p);
+}
+// ... and dS^T = P^T (dP^T - delta) from dP^T in ds.
+template <int N>
+__device__ inline void dkdv_scores_grad(float (&ds)[N / 8][4], const uint32_t (&pb)[N / 16][4], const float* dlt) {
+  const int t = lane() % 4;
+#pragma unroll
+  for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) ds[n][e] = element<N>(pb, n, e) * (ds[n][e] - dlt[8 * n + 2 * t + e % 2]);
+}
+
 // dk, dv (rows of at.dk, at.dv_) from the packed q, k, v, dout and delta: a block per head and 64
 // keys, the query tiles streaming.
 template <class P, class X>
@@ -836,73 +914,37 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::dkdv_blocks)
   extern __shared__ uint4 shared16[];
   bf16* Ks = shared_tiles<P>(shared16);
   bf16* Vs = Ks + P::own;
-  bf16* Qs = Vs + P::own;  // two buffers each
-  bf16* Gs = Qs + 2 * P::tile;
-  float* stats = reinterpret_cast<float*>(Gs + 2 * P::tile);  // two buffers of (lse2, delta) for N rows
   const TileOf tile = tile_of(tiles, false, kRows);  // causal key tiles are longest first at the low end
   const int64_t hi = tile.head, k0 = tile.first;
-  const int64_t first_q = causal ? k0 / N * N : 0;
-  const int query_tiles = static_cast<int>((at.Tq - first_q + N - 1) / N);
-  auto load_queries = [&](int i, int buffer) {
-    const int64_t t0 = first_q + int64_t{i} * N;
-    P::load(Qs + buffer * P::tile, q, at.H, hi, t0, N);
-    P::load(Gs + buffer * P::tile, dout, at.H, hi, t0, N);
-    for (int r = threadIdx.x; r < N; r += kThreads) {
-      stats[buffer * 2 * N + r] = lse2_at(lse, hi, at.Tq, t0 + r);
-      stats[buffer * 2 * N + N + r] = delta_at(delta, hi, at.Tq, t0 + r);
-    }
-  };
+  QueryStream<P> queries(Vs + P::own, q, dout, lse, delta, at, hi, k0, causal);
   P::load(Ks, k, at.H, hi, k0, kRows);
   P::load(Vs, v, at.H, hi, k0, kRows);
-  if (query_tiles > 0) load_queries(0, 0);
+  queries.start();
   commit();
 
-  const int g = lane() / 4, t = lane() % 4;
+  const int g = lane() / 4;
   const int r0 = 16 * warp();
   const int64_t key[2] = {k0 + r0 + g, k0 + r0 + g + 8};
   const float scale2 = scale * kLog2e;
   float dk_acc[D / 8][4], dv_acc[D / 8][4];
   zero(dk_acc);
   zero(dv_acc);
-  for (int i = 0; i < query_tiles; ++i) {
-    const int buffer = i % 2;
-    if (i + 1 < query_tiles) {
-      load_queries(i + 1, (i + 1) % 2);
-      commit();
-      wait_groups<1>();
-    } else {
-      wait_groups<0>();
-    }
-    P::landed();
-    __syncthreads();
-    const bf16* Qi = Qs + buffer * P::tile;
-    const bf16* Gi = Gs + buffer * P::tile;
-    const float* lse2 = stats + buffer * 2 * N;
-    const float* dlt = lse2 + N;
-    const int64_t t0 = first_q + int64_t{i} * N;
+  for (int i = 0; i < queries.tiles; ++i) {
+    queries.wait(i);
+    const bf16* Qi = queries.Q(i);
+    const bf16* Gi = queries.G(i);
+    const int64_t t0 = queries.t0(i);
     // P^T (16 keys, N queries); with asynchronous products dP^T = V dO^T runs while P^T is made
     float p[N / 8][4], ds[N / 8][4];
     P::issue_scores(p, Ks, r0, Qi);
     if constexpr (P::async) P::issue_scores(ds, Vs, r0, Gi);
     P::template wait<P::async ? 1 : 0>(p);
-    const bool masks = causal && k0 + r0 + 15 > t0;
-#pragma unroll
-    for (int n = 0; n < N / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = 8 * n + 2 * t + e % 2;
-        p[n][e] = exp2_approx(fmaf(p[n][e], scale2, -lse2[c]));
-        if (masks && key[e / 2] > t0 + c) p[n][e] = 0.f;
-      }
     uint32_t pb[N / 16][4];  // P^T in bf16, as it enters both products: fewer registers than f32
-    to_fragments<N>(pb, p);
+    dkdv_probabilities<N>(p, pb, queries.lse2(i), causal && k0 + r0 + 15 > t0, key, t0, scale2);
     P::issue_az(dv_acc, pb, Gi);  // dV += P^T dO (running while dS^T is made)
     if constexpr (!P::async) P::issue_scores(ds, Vs, r0, Gi);  // dP^T = V dO^T
     P::template wait<P::async ? 1 : 0>(ds);
-#pragma unroll
-    for (int n = 0; n < N / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ds[n][e] = element<N>(pb, n, e) * (ds[n][e] - dlt[8 * n + 2 * t + e % 2]);
+    dkdv_scores_grad<N>(ds, pb, queries.delta_of(i));
     if constexpr (P::async) {
       uint32_t dsb[N / 16][4];
       to_fragments<N>(dsb, ds);
@@ -913,6 +955,66 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::dkdv_blocks)
     }
     __syncthreads();
   }
+  store_rows<D>(dk_acc, scale, dk, at.dk, at.H, hi, k0, at.Tk, static_cast<int>(at.d));
+  store_rows<D>(dv_acc, 1.f, dv, at.dv_, at.H, hi, k0, at.Tk, static_cast<int>(at.dv));
+}
+
+// dkdv_kernel's work for the Wgmma policy with tile i - 1's dK += dS^T Q made while tile i's P^T
+// is (Note [overlapped wgmma forward]'s way): tile i's S^T and dP^T are issued, then tile i - 1's
+// dK product behind them, and dV's product as before once P^T is made; the pass waits for both
+// products once dS^T is made. The same products into the same accumulators in the same order: the
+// same bits. The first tile is a pass of its own (no dK product before it); three query buffers
+// (tile i - 1's queries are read by its dK product while tile i is used and tile i + 1 copied in).
+template <class X>
+__global__ void __launch_bounds__(kThreads, kOverlappedDkdvBlocks)
+    dkdv_overlapped_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v,
+                           const __grid_constant__ Rows dout, const float* lse, const float* delta, X* dk, X* dv,
+                           const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
+  using P = Wgmma;
+  constexpr int D = P::D, N = P::N;
+  extern __shared__ uint4 shared16[];
+  bf16* Ks = shared_tiles<P>(shared16);
+  bf16* Vs = Ks + P::own;
+  const TileOf tile = tile_of(tiles, false, kRows);  // causal key tiles are longest first at the low end
+  const int64_t hi = tile.head, k0 = tile.first;
+  QueryStream<P, 3> queries(Vs + P::own, q, dout, lse, delta, at, hi, k0, causal);
+  P::load(Ks, k, at.H, hi, k0, kRows);
+  P::load(Vs, v, at.H, hi, k0, kRows);
+  queries.start();
+  commit();
+
+  const int g = lane() / 4;
+  const int r0 = 16 * warp();
+  const int64_t key[2] = {k0 + r0 + g, k0 + r0 + g + 8};
+  const float scale2 = scale * kLog2e;
+  float dk_acc[D / 8][4], dv_acc[D / 8][4];
+  zero(dk_acc);
+  zero(dv_acc);
+  uint32_t dsb[N / 16][4];  // tile i - 1's dS^T as A fragments: its dK product's operand while it runs
+  auto pass = [&]<bool kFirst>(int i) {
+    queries.wait(i);  // tile i + 1 goes into the buffer of tile i - 2, whose products have finished
+    const bf16* Qi = queries.Q(i);
+    const bf16* Gi = queries.G(i);
+    const int64_t t0 = queries.t0(i);
+    float p[N / 8][4], ds[N / 8][4];
+    P::issue_scores(p, Ks, r0, Qi);   // S^T
+    P::issue_scores(ds, Vs, r0, Gi);  // dP^T = V dO^T
+    if constexpr (!kFirst) P::issue_az(dk_acc, dsb, queries.Q(i - 1));  // tile i - 1's dK += dS^T Q
+    P::wait<kFirst ? 1 : 2>(p);       // S^T; dP^T and the dK product go on
+    uint32_t pb[N / 16][4];
+    dkdv_probabilities<N>(p, pb, queries.lse2(i), causal && k0 + r0 + 15 > t0, key, t0, scale2);
+    P::issue_az(dv_acc, pb, Gi);      // dV += P^T dO
+    P::wait<kFirst ? 1 : 2>(ds);      // dP^T; the dK and dV products go on
+    dkdv_scores_grad<N>(ds, pb, queries.delta_of(i));
+    P::wait<0>(dv_acc, dk_acc);
+    pin_fragments(pb);  // the finished products' operands, kept until here
+    if constexpr (!kFirst) pin_fragments(dsb);
+    to_fragments<N>(dsb, ds);
+    __syncthreads();  // the buffers of tile i - 1 are refilled next
+  };
+  if (queries.tiles > 0) pass.template operator()<true>(0);
+  for (int i = 1; i < queries.tiles; ++i) pass.template operator()<false>(i);
+  if (queries.tiles > 0) P::az(dk_acc, dsb, queries.Q(queries.tiles - 1));
   store_rows<D>(dk_acc, scale, dk, at.dk, at.H, hi, k0, at.Tk, static_cast<int>(at.d));
   store_rows<D>(dv_acc, 1.f, dv, at.dv_, at.H, hi, k0, at.Tk, static_cast<int>(at.dv));
 }
@@ -1145,14 +1247,18 @@ struct Operands {
   }
 };
 
-// Switches of a run (tests and benchmarks use set_attention_wgmma, set_attention_overlap): on unless
-// the environment's TAPEGRAD_ATTENTION_WGMMA, or TAPEGRAD_ATTENTION_OVERLAP, is 0.
-bool switched_on(const char* name) {
-  const char* env = std::getenv(name);
+// A run's switches (tests and benchmarks use set_attention_wgmma, set_attention_overlap): the
+// wgmma kernels unless TAPEGRAD_ATTENTION_WGMMA is 0; the overlapped ones TAPEGRAD_ATTENTION_OVERLAP
+// names (a digit 0 to 7, the mask of cuda.hpp), else kOverlapDefault.
+std::atomic<bool> g_wgmma{[] {
+  const char* env = std::getenv("TAPEGRAD_ATTENTION_WGMMA");
   return !(env && env[0] == '0' && env[1] == '\0');
-}
-std::atomic<bool> g_wgmma{switched_on("TAPEGRAD_ATTENTION_WGMMA")};
-std::atomic<bool> g_overlap{switched_on("TAPEGRAD_ATTENTION_OVERLAP")};
+}()};
+std::atomic<unsigned> g_overlap{[] {
+  const char* env = std::getenv("TAPEGRAD_ATTENTION_OVERLAP");
+  return env && env[0] >= '0' && env[0] <= '7' && env[1] == '\0' ? static_cast<unsigned>(env[0] - '0') : kOverlapDefault;
+}()};
+bool overlaps(unsigned kernel) { return (g_overlap.load() & kernel) != 0; }
 
 template <class P, class X>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::AttentionLayout& at, bool causal,
@@ -1161,7 +1267,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::A
   int64_t tiles = 0;
   const unsigned grid = grid_of(at.B * at.H, at.Tq, &tiles);
   if constexpr (std::is_same_v<P, Wgmma>) {
-    if (g_overlap.load()) {  // Note [overlapped wgmma forward]
+    if (overlaps(kOverlapForward)) {  // Note [overlapped wgmma forward]
       const size_t bytes = sizeof(bf16) * (P::own + 6 * P::tile) + (P::align - 16);
       allow_shared(forward_overlapped_kernel<X>, bytes);
       forward_overlapped_kernel<X><<<grid, kThreads, bytes, stream_for(q)>>>(o.q, o.k, o.v, mdata<X>(out),
@@ -1205,16 +1311,30 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   TG_CUDA_CHECK_LAUNCH();
   int64_t key_tiles = 0, query_tiles = 0;
   const unsigned key_grid = grid_of(heads, at.Tk, &key_tiles), query_grid = grid_of(heads, at.Tq, &query_tiles);
-  const size_t dkdv_bytes = sizeof(bf16) * (2 * P::own + 4 * P::tile) + sizeof(float) * 4 * P::N + (P::align - 16);
+  bool overlapped = false;
+  if constexpr (std::is_same_v<P, Wgmma>) {
+    if (overlaps(kOverlapDkdv)) {  // dkdv_overlapped_kernel
+      overlapped = true;
+      const size_t bytes = sizeof(bf16) * 2 * P::own + query_stream_bytes<P, 3>() + (P::align - 16);
+      allow_shared(dkdv_overlapped_kernel<X>, bytes);
+      if (key_grid > 0) {
+        dkdv_overlapped_kernel<X><<<key_grid, kThreads, bytes, stream>>>(o.q, o.k, o.v, g, cdata<float>(lse),
+                                                                         cdata<float>(delta), mdata<X>(dk), mdata<X>(dv),
+                                                                         at, causal, scale, key_tiles);
+        TG_CUDA_CHECK_LAUNCH();
+      }
+    }
+  }
+  const size_t dkdv_bytes = sizeof(bf16) * 2 * P::own + query_stream_bytes<P, 2>() + (P::align - 16);
   allow_shared(dkdv_kernel<P, X>, dkdv_bytes);
-  if (key_grid > 0) {
+  if (key_grid > 0 && !overlapped) {
     dkdv_kernel<P, X><<<key_grid, kThreads, dkdv_bytes, stream>>>(o.q, o.k, o.v, g, cdata<float>(lse),
                                                                   cdata<float>(delta), mdata<X>(dk), mdata<X>(dv), at,
                                                                   causal, scale, key_tiles);
     TG_CUDA_CHECK_LAUNCH();
   }
   if constexpr (std::is_same_v<P, Wgmma>) {
-    if (g_overlap.load()) {  // dq_overlapped_kernel
+    if (overlaps(kOverlapDq)) {  // dq_overlapped_kernel
       const size_t bytes = sizeof(bf16) * (2 * P::own + 6 * P::tile) + (P::align - 16);
       allow_shared(dq_overlapped_kernel<X>, bytes);
       if (query_grid > 0) {
@@ -1267,8 +1387,8 @@ void dispatch(int D, const Tensor& q, F&& f) {
 }  // namespace
 
 void set_attention_wgmma(bool use) { g_wgmma.store(use); }
-void set_attention_overlap(bool use) { g_overlap.store(use); }
-bool attention_overlap() { return g_overlap.load(); }
+void set_attention_overlap(unsigned kernels) { g_overlap.store(kernels & 7u); }
+unsigned attention_overlap() { return g_overlap.load(); }
 bool attention_wgmma() { return g_wgmma.load(); }
 bool attention_wgmma_available(int device) { return hopper(device); }
 

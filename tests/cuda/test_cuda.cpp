@@ -1272,8 +1272,9 @@ TEST_CASE("[gpu] the attention's wgmma kernels (Hopper) against its mma.sync ker
                                ", d " + std::to_string(s.d) + ")" + (s.causal ? " causal" : "") +
                                (bf16_qkv ? ", bf16 qkv" : ", f32 qkv");
       const Tensor x = random({s.b, s.t, 3 * C}, DType::f32, -1, 1), r = random({s.b, s.t, C}, DType::f32, -1, 1);
-      auto run = [&](bool wgmma, bool overlap = true) {
-        const bool was = cuda::attention_wgmma(), overlapped = cuda::attention_overlap();
+      auto run = [&](bool wgmma, unsigned overlap = cuda::kOverlapDefault) {
+        const bool was = cuda::attention_wgmma();
+        const unsigned overlapped = cuda::attention_overlap();
         cuda::set_attention_wgmma(wgmma);
         cuda::set_attention_overlap(overlap);
         Graph g;
@@ -1288,12 +1289,14 @@ TEST_CASE("[gpu] the attention's wgmma kernels (Hopper) against its mma.sync ker
         cuda::set_attention_overlap(overlapped);
         return std::vector<Tensor>{y.value().to(kCpu), qkv.grad().to(kCpu)};
       };
-      const std::vector<Tensor> mma = run(false), wg = run(true), again = run(true), one_at_a_time = run(true, false);
+      const std::vector<Tensor> mma = run(false), wg = run(true), again = run(true);
+      // Note [overlapped wgmma forward]: every kernel a product at a time, and every one overlapped
+      const std::vector<Tensor> one_at_a_time = run(true, 0), all_overlapped = run(true, 7);
       const std::string parts[] = {" forward", " d qkv"};
       for (size_t i = 0; i < 2; ++i) {
         check_bits(wg[i], again[i], what + parts[i] + ": wgmma, two runs");
-        // Note [overlapped wgmma forward]: the overlapped forward's bits are the one-product-at-a-time one's
-        check_bits(one_at_a_time[i], wg[i], what + parts[i] + ": wgmma forward overlapped, and a product at a time");
+        check_bits(one_at_a_time[i], wg[i], what + parts[i] + ": wgmma kernels a product at a time, and by default");
+        check_bits(one_at_a_time[i], all_overlapped[i], what + parts[i] + ": wgmma a product at a time, and all overlapped");
         const std::vector<double> a = mma[i].to_doubles(), b = wg[i].to_doubles();
         double diff = 0.0, norm = 0.0, worst = 0.0;
         size_t same = 0, worst_at = 0;
