@@ -61,7 +61,7 @@ constexpr const char* kOp = "scaled_dot_product_attention";
 using bf16 = __nv_bfloat16;
 
 constexpr int kRows = 64;     // rows a block owns; 16 a warp
-constexpr int kOverlappedDkdvBlocks = 2;  // dkdv_overlapped_kernel's blocks a multiprocessor
+constexpr int kOverlappedDkdvBlocks = 2;  // dkdv_kernel<Wgmma, X, true>'s blocks a multiprocessor
 constexpr int kThreads = 128;  // 4 warps
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -767,7 +767,7 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
 // same bits (a test checks). The two products in flight and the next P's fragments need more than
 // 128 registers, so this kernel runs 3 blocks a multiprocessor (up to 168), and the key and value
 // tiles take three buffers: tile j + 1 is copied in while tile j's scores and tile j - 1's values
-// are read. dq_overlapped_kernel and dkdv_overlapped_kernel do the same for the backward's
+// are read. dq_overlapped_kernel and dkdv_kernel<Wgmma, X, true> do the same for the backward's
 // products. set_attention_overlap (or TAPEGRAD_ATTENTION_OVERLAP) chooses which run (cuda.hpp).
 template <class X>
 __global__ void __launch_bounds__(kThreads, 3)
@@ -905,18 +905,27 @@ __device__ inline void dkdv_scores_grad(float (&ds)[N / 8][4], const uint32_t (&
 
 // dk, dv (rows of at.dk, at.dv_) from the packed q, k, v, dout and delta: a block per head and 64
 // keys, the query tiles streaming.
-template <class P, class X>
-__global__ void __launch_bounds__(kThreads, Tiles<P::D>::dkdv_blocks)
+//
+// kOverlap (Wgmma): tile i - 1's dK += dS^T Q is made while tile i's P^T is (Note [overlapped wgmma
+// forward]'s way): tile i's S^T and dP^T are issued, then tile i - 1's dK product behind them, and
+// dV's product as before once P^T is made; the pass waits for both products once dS^T is made.
+// The same products into the same accumulators in the same order: the same bits. The first tile
+// is a pass of its own (no dK product before it); three query buffers (tile i - 1's queries are
+// read by its dK product while tile i is used and tile i + 1 copied in); 219 registers, so 2
+// blocks a multiprocessor.
+template <class P, class X, bool kOverlap = false>
+__global__ void __launch_bounds__(kThreads, kOverlap ? kOverlappedDkdvBlocks : Tiles<P::D>::dkdv_blocks)
     dkdv_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v,
                 const __grid_constant__ Rows dout, const float* lse, const float* delta,
                 X* dk, X* dv, const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
+  static_assert(!kOverlap || P::async, "overlapped products are asynchronous ones");
   constexpr int D = P::D, N = P::N;
   extern __shared__ uint4 shared16[];
   bf16* Ks = shared_tiles<P>(shared16);
   bf16* Vs = Ks + P::own;
   const TileOf tile = tile_of(tiles, false, kRows);  // causal key tiles are longest first at the low end
   const int64_t hi = tile.head, k0 = tile.first;
-  QueryStream<P> queries(Vs + P::own, q, dout, lse, delta, at, hi, k0, causal);
+  QueryStream<P, kOverlap ? 3 : 2> queries(Vs + P::own, q, dout, lse, delta, at, hi, k0, causal);
   P::load(Ks, k, at.H, hi, k0, kRows);
   P::load(Vs, v, at.H, hi, k0, kRows);
   queries.start();
@@ -929,92 +938,60 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::dkdv_blocks)
   float dk_acc[D / 8][4], dv_acc[D / 8][4];
   zero(dk_acc);
   zero(dv_acc);
-  for (int i = 0; i < queries.tiles; ++i) {
-    queries.wait(i);
-    const bf16* Qi = queries.Q(i);
-    const bf16* Gi = queries.G(i);
-    const int64_t t0 = queries.t0(i);
-    // P^T (16 keys, N queries); with asynchronous products dP^T = V dO^T runs while P^T is made
-    float p[N / 8][4], ds[N / 8][4];
-    P::issue_scores(p, Ks, r0, Qi);
-    if constexpr (P::async) P::issue_scores(ds, Vs, r0, Gi);
-    P::template wait<P::async ? 1 : 0>(p);
-    uint32_t pb[N / 16][4];  // P^T in bf16, as it enters both products: fewer registers than f32
-    dkdv_probabilities<N>(p, pb, queries.lse2(i), causal && k0 + r0 + 15 > t0, key, t0, scale2);
-    P::issue_az(dv_acc, pb, Gi);  // dV += P^T dO (running while dS^T is made)
-    if constexpr (!P::async) P::issue_scores(ds, Vs, r0, Gi);  // dP^T = V dO^T
-    P::template wait<P::async ? 1 : 0>(ds);
-    dkdv_scores_grad<N>(ds, pb, queries.delta_of(i));
-    if constexpr (P::async) {
-      uint32_t dsb[N / 16][4];
-      to_fragments<N>(dsb, ds);
-      P::issue_az(dk_acc, dsb, Qi);  // dK += dS^T Q
+  if constexpr (kOverlap) {
+    uint32_t dsb[N / 16][4];  // tile i - 1's dS^T as A fragments: its dK product's operand while it runs
+    auto pass = [&]<bool kFirst>(int i) {
+      queries.wait(i);  // tile i + 1 goes into the buffer of tile i - 2, whose products have finished
+      const bf16* Qi = queries.Q(i);
+      const bf16* Gi = queries.G(i);
+      const int64_t t0 = queries.t0(i);
+      float p[N / 8][4], ds[N / 8][4];
+      P::issue_scores(p, Ks, r0, Qi);   // S^T
+      P::issue_scores(ds, Vs, r0, Gi);  // dP^T = V dO^T
+      if constexpr (!kFirst) P::issue_az(dk_acc, dsb, queries.Q(i - 1));  // tile i - 1's dK += dS^T Q
+      P::template wait<kFirst ? 1 : 2>(p);       // S^T; dP^T and the dK product go on
+      uint32_t pb[N / 16][4];
+      dkdv_probabilities<N>(p, pb, queries.lse2(i), causal && k0 + r0 + 15 > t0, key, t0, scale2);
+      P::issue_az(dv_acc, pb, Gi);      // dV += P^T dO
+      P::template wait<kFirst ? 1 : 2>(ds);      // dP^T; the dK and dV products go on
+      dkdv_scores_grad<N>(ds, pb, queries.delta_of(i));
       P::template wait<0>(dv_acc, dk_acc);
-    } else {
-      P::pz(dk_acc, ds, Qi);  // dK += dS^T Q
+      pin_fragments(pb);  // the finished products' operands, kept until here
+      if constexpr (!kFirst) pin_fragments(dsb);
+      to_fragments<N>(dsb, ds);
+      __syncthreads();  // the buffers of tile i - 1 are refilled next
+    };
+    if (queries.tiles > 0) pass.template operator()<true>(0);
+    for (int i = 1; i < queries.tiles; ++i) pass.template operator()<false>(i);
+    if (queries.tiles > 0) P::az(dk_acc, dsb, queries.Q(queries.tiles - 1));
+  } else {
+    for (int i = 0; i < queries.tiles; ++i) {
+      queries.wait(i);
+      const bf16* Qi = queries.Q(i);
+      const bf16* Gi = queries.G(i);
+      const int64_t t0 = queries.t0(i);
+      // P^T (16 keys, N queries); with asynchronous products dP^T = V dO^T runs while P^T is made
+      float p[N / 8][4], ds[N / 8][4];
+      P::issue_scores(p, Ks, r0, Qi);
+      if constexpr (P::async) P::issue_scores(ds, Vs, r0, Gi);
+      P::template wait<P::async ? 1 : 0>(p);
+      uint32_t pb[N / 16][4];  // P^T in bf16, as it enters both products: fewer registers than f32
+      dkdv_probabilities<N>(p, pb, queries.lse2(i), causal && k0 + r0 + 15 > t0, key, t0, scale2);
+      P::issue_az(dv_acc, pb, Gi);  // dV += P^T dO (running while dS^T is made)
+      if constexpr (!P::async) P::issue_scores(ds, Vs, r0, Gi);  // dP^T = V dO^T
+      P::template wait<P::async ? 1 : 0>(ds);
+      dkdv_scores_grad<N>(ds, pb, queries.delta_of(i));
+      if constexpr (P::async) {
+        uint32_t dsb[N / 16][4];
+        to_fragments<N>(dsb, ds);
+        P::issue_az(dk_acc, dsb, Qi);  // dK += dS^T Q
+        P::template wait<0>(dv_acc, dk_acc);
+      } else {
+        P::pz(dk_acc, ds, Qi);  // dK += dS^T Q
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
-  store_rows<D>(dk_acc, scale, dk, at.dk, at.H, hi, k0, at.Tk, static_cast<int>(at.d));
-  store_rows<D>(dv_acc, 1.f, dv, at.dv_, at.H, hi, k0, at.Tk, static_cast<int>(at.dv));
-}
-
-// dkdv_kernel's work for the Wgmma policy with tile i - 1's dK += dS^T Q made while tile i's P^T
-// is (Note [overlapped wgmma forward]'s way): tile i's S^T and dP^T are issued, then tile i - 1's
-// dK product behind them, and dV's product as before once P^T is made; the pass waits for both
-// products once dS^T is made. The same products into the same accumulators in the same order: the
-// same bits. The first tile is a pass of its own (no dK product before it); three query buffers
-// (tile i - 1's queries are read by its dK product while tile i is used and tile i + 1 copied in).
-template <class X>
-__global__ void __launch_bounds__(kThreads, kOverlappedDkdvBlocks)
-    dkdv_overlapped_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v,
-                           const __grid_constant__ Rows dout, const float* lse, const float* delta, X* dk, X* dv,
-                           const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
-  using P = Wgmma;
-  constexpr int D = P::D, N = P::N;
-  extern __shared__ uint4 shared16[];
-  bf16* Ks = shared_tiles<P>(shared16);
-  bf16* Vs = Ks + P::own;
-  const TileOf tile = tile_of(tiles, false, kRows);  // causal key tiles are longest first at the low end
-  const int64_t hi = tile.head, k0 = tile.first;
-  QueryStream<P, 3> queries(Vs + P::own, q, dout, lse, delta, at, hi, k0, causal);
-  P::load(Ks, k, at.H, hi, k0, kRows);
-  P::load(Vs, v, at.H, hi, k0, kRows);
-  queries.start();
-  commit();
-
-  const int g = lane() / 4;
-  const int r0 = 16 * warp();
-  const int64_t key[2] = {k0 + r0 + g, k0 + r0 + g + 8};
-  const float scale2 = scale * kLog2e;
-  float dk_acc[D / 8][4], dv_acc[D / 8][4];
-  zero(dk_acc);
-  zero(dv_acc);
-  uint32_t dsb[N / 16][4];  // tile i - 1's dS^T as A fragments: its dK product's operand while it runs
-  auto pass = [&]<bool kFirst>(int i) {
-    queries.wait(i);  // tile i + 1 goes into the buffer of tile i - 2, whose products have finished
-    const bf16* Qi = queries.Q(i);
-    const bf16* Gi = queries.G(i);
-    const int64_t t0 = queries.t0(i);
-    float p[N / 8][4], ds[N / 8][4];
-    P::issue_scores(p, Ks, r0, Qi);   // S^T
-    P::issue_scores(ds, Vs, r0, Gi);  // dP^T = V dO^T
-    if constexpr (!kFirst) P::issue_az(dk_acc, dsb, queries.Q(i - 1));  // tile i - 1's dK += dS^T Q
-    P::wait<kFirst ? 1 : 2>(p);       // S^T; dP^T and the dK product go on
-    uint32_t pb[N / 16][4];
-    dkdv_probabilities<N>(p, pb, queries.lse2(i), causal && k0 + r0 + 15 > t0, key, t0, scale2);
-    P::issue_az(dv_acc, pb, Gi);      // dV += P^T dO
-    P::wait<kFirst ? 1 : 2>(ds);      // dP^T; the dK and dV products go on
-    dkdv_scores_grad<N>(ds, pb, queries.delta_of(i));
-    P::wait<0>(dv_acc, dk_acc);
-    pin_fragments(pb);  // the finished products' operands, kept until here
-    if constexpr (!kFirst) pin_fragments(dsb);
-    to_fragments<N>(dsb, ds);
-    __syncthreads();  // the buffers of tile i - 1 are refilled next
-  };
-  if (queries.tiles > 0) pass.template operator()<true>(0);
-  for (int i = 1; i < queries.tiles; ++i) pass.template operator()<false>(i);
-  if (queries.tiles > 0) P::az(dk_acc, dsb, queries.Q(queries.tiles - 1));
   store_rows<D>(dk_acc, scale, dk, at.dk, at.H, hi, k0, at.Tk, static_cast<int>(at.d));
   store_rows<D>(dv_acc, 1.f, dv, at.dv_, at.H, hi, k0, at.Tk, static_cast<int>(at.dv));
 }
@@ -1313,12 +1290,12 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   const unsigned key_grid = grid_of(heads, at.Tk, &key_tiles), query_grid = grid_of(heads, at.Tq, &query_tiles);
   bool overlapped = false;
   if constexpr (std::is_same_v<P, Wgmma>) {
-    if (overlaps(kOverlapDkdv)) {  // dkdv_overlapped_kernel
+    if (overlaps(kOverlapDkdv)) {  // dkdv_kernel<Wgmma, X, true>
       overlapped = true;
       const size_t bytes = sizeof(bf16) * 2 * P::own + query_stream_bytes<P, 3>() + (P::align - 16);
-      allow_shared(dkdv_overlapped_kernel<X>, bytes);
+      allow_shared(dkdv_kernel<Wgmma, X, true>, bytes);
       if (key_grid > 0) {
-        dkdv_overlapped_kernel<X><<<key_grid, kThreads, bytes, stream>>>(o.q, o.k, o.v, g, cdata<float>(lse),
+        dkdv_kernel<Wgmma, X, true><<<key_grid, kThreads, bytes, stream>>>(o.q, o.k, o.v, g, cdata<float>(lse),
                                                                          cdata<float>(delta), mdata<X>(dk), mdata<X>(dv),
                                                                          at, causal, scale, key_tiles);
         TG_CUDA_CHECK_LAUNCH();
