@@ -724,16 +724,29 @@ __device__ inline void finish_rows(float (&o)[D / 8][4], float (&l)[2], const fl
 
 // out (rows of at.out, dv columns) and lse (heads, Tq) from q, k and v as Rows: a block per head
 // and 64 queries.
-template <class P, class X>
-__global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
+//
+// Note [overlapped wgmma forward]
+// kOverlap (Wgmma): tile j's scores are made while tile j - 1's O += P V runs (FlashAttention-3's
+// overlap within a warpgroup): tile j's S = Q K^T and tile j - 1's product are issued together,
+// the softmax of S runs once S has landed while the product still runs, and O is rescaled by tile
+// j's alpha once the product has landed, which is where the plain kernel rescales it: the same
+// operations on the same values in the same order, so the same bits (a test checks). The two
+// products in flight and the next P's fragments need more than 128 registers, so the kernel runs
+// 3 blocks a multiprocessor (146 registers), and the key and value tiles take three buffers: tile
+// j + 1 is copied in while tile j's scores and tile j - 1's values are read. dq_kernel and
+// dkdv_kernel overlap the backward's products likewise. set_attention_overlap (or
+// TAPEGRAD_ATTENTION_OVERLAP) chooses which kernels do (cuda.hpp).
+template <class P, class X, bool kOverlap = false>
+__global__ void __launch_bounds__(kThreads, kOverlap ? 3 : Tiles<P::D>::blocks)
     forward_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v, X* out, float* lse, const kernels::AttentionLayout at,
                    bool causal, float scale, int64_t tiles) {
+  static_assert(!kOverlap || P::async, "overlapped products are asynchronous ones");
   constexpr int D = P::D, N = P::N;
   extern __shared__ uint4 shared16[];
   bf16* Qs = shared_tiles<P>(shared16);
   const TileOf tile = tile_of(tiles, causal, kRows);
   const int64_t hi = tile.head, q0 = tile.first;
-  KeyStream<P> keys(Qs + P::own, k, v, at, hi, q0, causal);
+  KeyStream<P, kOverlap ? 3 : 2> keys(Qs + P::own, k, v, at, hi, q0, causal);
   P::load(Qs, q, at.H, hi, q0, kRows);
   keys.start();
   commit();
@@ -745,78 +758,41 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
   float o[D / 8][4];
   zero(o);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // running max (scores' units), the thread's part of the sum
+  [[maybe_unused]] uint32_t p[N / 16][4] = {};  // kOverlap: tile j - 1's P as A fragments, its product's operand while it runs
   for (int j = 0; j < keys.tiles; ++j) {
-    keys.wait(j);
+    keys.wait(j);  // with kOverlap, tile j + 1 goes into the buffer of tile j - 2, whose products have finished
     float s[N / 8][4], alpha[2];
-    P::scores(s, Qs, r0, keys.K(j));
     const int64_t k0 = int64_t{j} * N;
-    online_softmax<N>(s, m, l, alpha, k0, k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0), row, at.Tk, causal, scale2);
-    rescale<D>(o, alpha);
-    P::pz(o, s, keys.V(j));
+    if constexpr (kOverlap) {
+      P::issue_scores(s, Qs, r0, keys.K(j));
+      if (j > 0) {
+        P::issue_az(o, p, keys.V(j - 1));
+        P::template wait<1>(s);  // the scores; the product goes on
+      } else {
+        P::template wait<0>(s);
+      }
+      online_softmax<N>(s, m, l, alpha, k0, k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0), row, at.Tk, causal,
+                        scale2);
+      uint32_t next[N / 16][4];
+      to_fragments<N>(next, s);
+      P::template wait<0>(o);
+      pin_fragments(p);  // the finished product's operand, kept until here
+      rescale<D>(o, alpha);
+#pragma unroll
+      for (int kc = 0; kc < N / 16; ++kc)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) p[kc][e] = next[kc][e];
+    } else {
+      P::scores(s, Qs, r0, keys.K(j));
+      online_softmax<N>(s, m, l, alpha, k0, k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0), row, at.Tk, causal,
+                        scale2);
+      rescale<D>(o, alpha);
+      P::pz(o, s, keys.V(j));
+    }
     __syncthreads();  // the buffer is refilled next
   }
-  finish_rows<D>(o, l, m, row, out, lse, at, hi, q0, scale);
-}
-
-// Note [overlapped wgmma forward]
-// forward_kernel's work for the Wgmma policy with tile j's scores made while tile j - 1's
-// O += P V runs (FlashAttention-3's overlap within a warpgroup): tile j's S = Q K^T and tile j-1's
-// product are issued together, the softmax of S runs once S has landed while the product still
-// runs, and O is rescaled by tile j's alpha once the product has landed, which is where
-// forward_kernel rescales it: the same operations on the same values in the same order, so the
-// same bits (a test checks). The two products in flight and the next P's fragments need more than
-// 128 registers, so this kernel runs 3 blocks a multiprocessor (up to 168), and the key and value
-// tiles take three buffers: tile j + 1 is copied in while tile j's scores and tile j - 1's values
-// are read. dq_overlapped_kernel and dkdv_kernel<Wgmma, X, true> do the same for the backward's
-// products. set_attention_overlap (or TAPEGRAD_ATTENTION_OVERLAP) chooses which run (cuda.hpp).
-template <class X>
-__global__ void __launch_bounds__(kThreads, 3)
-    forward_overlapped_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v,
-                              X* out, float* lse, const kernels::AttentionLayout at, bool causal, float scale,
-                              int64_t tiles) {
-  using P = Wgmma;
-  constexpr int D = P::D, N = P::N;
-  extern __shared__ uint4 shared16[];
-  bf16* Qs = shared_tiles<P>(shared16);
-  const TileOf tile = tile_of(tiles, causal, kRows);
-  const int64_t hi = tile.head, q0 = tile.first;
-  KeyStream<P, 3> keys(Qs + P::own, k, v, at, hi, q0, causal);
-  P::load(Qs, q, at.H, hi, q0, kRows);
-  keys.start();
-  commit();
-
-  const int g = lane() / 4;
-  const int r0 = 16 * warp();
-  const int64_t row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
-  const float scale2 = scale * kLog2e;
-  float o[D / 8][4];
-  zero(o);
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  uint32_t p[N / 16][4] = {};  // tile j - 1's P as A fragments: its product's operand while it runs
-  for (int j = 0; j < keys.tiles; ++j) {
-    keys.wait(j);  // tile j + 1 goes into the buffer of tile j - 2, whose products have finished
-    float s[N / 8][4], alpha[2];
-    P::issue_scores(s, Qs, r0, keys.K(j));
-    if (j > 0) {
-      P::issue_az(o, p, keys.V(j - 1));
-      P::wait<1>(s);  // the scores; the product goes on
-    } else {
-      P::wait<0>(s);
-    }
-    const int64_t k0 = int64_t{j} * N;
-    online_softmax<N>(s, m, l, alpha, k0, k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0), row, at.Tk, causal, scale2);
-    uint32_t next[N / 16][4];
-    to_fragments<N>(next, s);
-    P::wait<0>(o);
-    pin_fragments(p);  // the finished product's operand, kept until here
-    rescale<D>(o, alpha);
-#pragma unroll
-    for (int kc = 0; kc < N / 16; ++kc)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) p[kc][e] = next[kc][e];
-    __syncthreads();  // the buffers of tile j - 1 are refilled next
-  }
-  if (keys.tiles > 0) P::az(o, p, keys.V(keys.tiles - 1));
+  if constexpr (kOverlap)
+    if (keys.tiles > 0) P::az(o, p, keys.V(keys.tiles - 1));
   finish_rows<D>(o, l, m, row, out, lse, at, hi, q0, scale);
 }
 
@@ -1025,18 +1001,27 @@ __device__ inline void dq_scores_grad(float (&ds)[N / 8][4], const uint32_t (&pb
 
 // dq (rows of at.dq) from the packed q, k, v, dout and delta: a block per head and 64 queries, the
 // key tiles streaming.
-template <class P, class X>
-__global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
+//
+// kOverlap (Wgmma): tile j - 1's dQ += dS K is made while tile j's P and dS are (Note [overlapped
+// wgmma forward]'s way): tile j's S and dP are issued, then tile j - 1's dQ product behind them,
+// and it is waited for once dS is made. The same products into the same accumulator in the same
+// order: the same bits. No product runs across a pass's end, and the first tile is a pass of its
+// own (ptxas serializes the products when one runs across the loop's end, or when a branch decides
+// how many are in flight). Three key and value buffers (tile j - 1's keys are read by its dQ
+// product while tile j is used and tile j + 1 copied in), 3 blocks a multiprocessor.
+template <class P, class X, bool kOverlap = false>
+__global__ void __launch_bounds__(kThreads, kOverlap ? 3 : Tiles<P::D>::blocks)
     dq_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v,
               const __grid_constant__ Rows dout, const float* lse, const float* delta,
               X* dq, const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
+  static_assert(!kOverlap || P::async, "overlapped products are asynchronous ones");
   constexpr int D = P::D, N = P::N;
   extern __shared__ uint4 shared16[];
   bf16* Qs = shared_tiles<P>(shared16);
   bf16* Gs = Qs + P::own;
   const TileOf tile = tile_of(tiles, causal, kRows);
   const int64_t hi = tile.head, q0 = tile.first;
-  KeyStream<P> keys(Gs + P::own, k, v, at, hi, q0, causal);
+  KeyStream<P, kOverlap ? 3 : 2> keys(Gs + P::own, k, v, at, hi, q0, causal);
   P::load(Qs, q, at.H, hi, q0, kRows);
   P::load(Gs, dout, at.H, hi, q0, kRows);
   keys.start();
@@ -1050,81 +1035,49 @@ __global__ void __launch_bounds__(kThreads, Tiles<P::D>::blocks)
   const float dlt[2] = {delta_at(delta, hi, at.Tq, row[0]), delta_at(delta, hi, at.Tq, row[1])};
   float dq_acc[D / 8][4];
   zero(dq_acc);
-  for (int j = 0; j < keys.tiles; ++j) {
-    keys.wait(j);
-    const int64_t k0 = int64_t{j} * N;
-    float p[N / 8][4], ds[N / 8][4];
-    P::issue_scores(p, Qs, r0, keys.K(j));  // S; with asynchronous products dP = dO V^T runs while P is made
-    if constexpr (P::async) P::issue_scores(ds, Gs, r0, keys.V(j));
-    P::template wait<P::async ? 1 : 0>(p);
-    uint32_t pb[N / 16][4];  // P in bf16, as the dK/dV kernel uses it
-    dq_probabilities<N>(p, pb, k0, k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0), row, at.Tk, causal, scale2, lse2);
-    if constexpr (!P::async) P::issue_scores(ds, Gs, r0, keys.V(j));  // dP = dO V^T
-    P::template wait<0>(ds);
-    dq_scores_grad<N>(ds, pb, dlt);
-    P::pz(dq_acc, ds, keys.K(j));  // dQ += dS K
-    __syncthreads();
-  }
-  store_rows<D>(dq_acc, scale, dq, at.dq, at.H, hi, q0, at.Tq, static_cast<int>(at.d));
-}
-
-// dq_kernel's work for the Wgmma policy with tile j - 1's dQ += dS K made while tile j's P and dS
-// are (Note [overlapped wgmma forward]'s way): tile j's S and dP are issued, then tile j - 1's dQ
-// product behind them, and it is waited for once dS is made. The same products into the same
-// accumulator in the same order: the same bits. No product runs across the loop's end (ptxas
-// serializes the products when one does). Three key and value buffers (tile j - 1's keys are read
-// by its dQ product while tile j is used and tile j + 1 copied in), 3 blocks a multiprocessor.
-template <class X>
-__global__ void __launch_bounds__(kThreads, 3)
-    dq_overlapped_kernel(const __grid_constant__ Rows q, const __grid_constant__ Rows k, const __grid_constant__ Rows v,
-                         const __grid_constant__ Rows dout, const float* lse, const float* delta, X* dq,
-                         const kernels::AttentionLayout at, bool causal, float scale, int64_t tiles) {
-  using P = Wgmma;
-  constexpr int D = P::D, N = P::N;
-  extern __shared__ uint4 shared16[];
-  bf16* Qs = shared_tiles<P>(shared16);
-  bf16* Gs = Qs + P::own;
-  const TileOf tile = tile_of(tiles, causal, kRows);
-  const int64_t hi = tile.head, q0 = tile.first;
-  KeyStream<P, 3> keys(Gs + P::own, k, v, at, hi, q0, causal);
-  P::load(Qs, q, at.H, hi, q0, kRows);
-  P::load(Gs, dout, at.H, hi, q0, kRows);
-  keys.start();
-  commit();
-
-  const int g = lane() / 4;
-  const int r0 = 16 * warp();
-  const int64_t row[2] = {q0 + r0 + g, q0 + r0 + g + 8};
-  const float scale2 = scale * kLog2e;
-  const float lse2[2] = {lse2_at(lse, hi, at.Tq, row[0]), lse2_at(lse, hi, at.Tq, row[1])};
-  const float dlt[2] = {delta_at(delta, hi, at.Tq, row[0]), delta_at(delta, hi, at.Tq, row[1])};
-  float dq_acc[D / 8][4];
-  zero(dq_acc);
-  uint32_t dsb[N / 16][4];  // tile j - 1's dS as A fragments: its dQ product's operand while it runs
-  // tile j; the first (kFirst) has no dQ product before it (a pass of its own: ptxas serializes
-  // the products where a branch decides how many are in flight)
-  auto pass = [&]<bool kFirst>(int j) {
-    keys.wait(j);  // tile j + 1 goes into the buffer of tile j - 2, whose products have finished
-    const int64_t k0 = int64_t{j} * N;
-    float p[N / 8][4], ds[N / 8][4];
-    P::issue_scores(p, Qs, r0, keys.K(j));  // S
-    P::issue_scores(ds, Gs, r0, keys.V(j));  // dP = dO V^T
-    if constexpr (!kFirst) P::issue_az(dq_acc, dsb, keys.K(j - 1));  // tile j - 1's dQ += dS K
-    P::wait<kFirst ? 1 : 2>(p);  // S; dP and the dQ product go on
-    uint32_t pb[N / 16][4];
-    dq_probabilities<N>(p, pb, k0, k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0), row, at.Tk, causal, scale2, lse2);
-    P::wait<kFirst ? 0 : 1>(ds);  // dP; the dQ product goes on
-    dq_scores_grad<N>(ds, pb, dlt);
-    if constexpr (!kFirst) {
-      P::wait<0>(dq_acc);
-      pin_fragments(dsb);  // the finished product's operand, kept until here
+  if constexpr (kOverlap) {
+    uint32_t dsb[N / 16][4];  // tile j - 1's dS as A fragments: its dQ product's operand while it runs
+    auto pass = [&]<bool kFirst>(int j) {  // tile j; the first has no dQ product before it
+      keys.wait(j);  // tile j + 1 goes into the buffer of tile j - 2, whose products have finished
+      const int64_t k0 = int64_t{j} * N;
+      float p[N / 8][4], ds[N / 8][4];
+      P::issue_scores(p, Qs, r0, keys.K(j));  // S
+      P::issue_scores(ds, Gs, r0, keys.V(j));  // dP = dO V^T
+      if constexpr (!kFirst) P::issue_az(dq_acc, dsb, keys.K(j - 1));  // tile j - 1's dQ += dS K
+      P::template wait<kFirst ? 1 : 2>(p);  // S; dP and the dQ product go on
+      uint32_t pb[N / 16][4];
+      dq_probabilities<N>(p, pb, k0, k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0), row, at.Tk, causal, scale2,
+                          lse2);
+      P::template wait<kFirst ? 0 : 1>(ds);  // dP; the dQ product goes on
+      dq_scores_grad<N>(ds, pb, dlt);
+      if constexpr (!kFirst) {
+        P::template wait<0>(dq_acc);
+        pin_fragments(dsb);  // the finished product's operand, kept until here
+      }
+      to_fragments<N>(dsb, ds);
+      __syncthreads();  // the buffers of tile j - 1 are refilled next
+    };
+    if (keys.tiles > 0) pass.template operator()<true>(0);
+    for (int j = 1; j < keys.tiles; ++j) pass.template operator()<false>(j);
+    if (keys.tiles > 0) P::az(dq_acc, dsb, keys.K(keys.tiles - 1));
+  } else {
+    for (int j = 0; j < keys.tiles; ++j) {
+      keys.wait(j);
+      const int64_t k0 = int64_t{j} * N;
+      float p[N / 8][4], ds[N / 8][4];
+      P::issue_scores(p, Qs, r0, keys.K(j));  // S; with asynchronous products dP = dO V^T runs while P is made
+      if constexpr (P::async) P::issue_scores(ds, Gs, r0, keys.V(j));
+      P::template wait<P::async ? 1 : 0>(p);
+      uint32_t pb[N / 16][4];  // P in bf16, as the dK/dV kernel uses it
+      dq_probabilities<N>(p, pb, k0, k0 + N > at.Tk || (causal && k0 + N - 1 > q0 + r0), row, at.Tk, causal, scale2,
+                          lse2);
+      if constexpr (!P::async) P::issue_scores(ds, Gs, r0, keys.V(j));  // dP = dO V^T
+      P::template wait<0>(ds);
+      dq_scores_grad<N>(ds, pb, dlt);
+      P::pz(dq_acc, ds, keys.K(j));  // dQ += dS K
+      __syncthreads();
     }
-    to_fragments<N>(dsb, ds);
-    __syncthreads();  // the buffers of tile j - 1 are refilled next
-  };
-  if (keys.tiles > 0) pass.template operator()<true>(0);
-  for (int j = 1; j < keys.tiles; ++j) pass.template operator()<false>(j);
-  if (keys.tiles > 0) P::az(dq_acc, dsb, keys.K(keys.tiles - 1));
+  }
   store_rows<D>(dq_acc, scale, dq, at.dq, at.H, hi, q0, at.Tq, static_cast<int>(at.d));
 }
 
@@ -1246,9 +1199,9 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const kernels::A
   if constexpr (std::is_same_v<P, Wgmma>) {
     if (overlaps(kOverlapForward)) {  // Note [overlapped wgmma forward]
       const size_t bytes = sizeof(bf16) * (P::own + 6 * P::tile) + (P::align - 16);
-      allow_shared(forward_overlapped_kernel<X>, bytes);
-      forward_overlapped_kernel<X><<<grid, kThreads, bytes, stream_for(q)>>>(o.q, o.k, o.v, mdata<X>(out),
-                                                                             mdata<float>(lse), at, causal, scale, tiles);
+      allow_shared(forward_kernel<Wgmma, X, true>, bytes);
+      forward_kernel<Wgmma, X, true><<<grid, kThreads, bytes, stream_for(q)>>>(o.q, o.k, o.v, mdata<X>(out),
+                                                                              mdata<float>(lse), at, causal, scale, tiles);
       TG_CUDA_CHECK_LAUNCH();
       return;
     }
@@ -1311,11 +1264,11 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
     TG_CUDA_CHECK_LAUNCH();
   }
   if constexpr (std::is_same_v<P, Wgmma>) {
-    if (overlaps(kOverlapDq)) {  // dq_overlapped_kernel
+    if (overlaps(kOverlapDq)) {  // dq_kernel<Wgmma, X, true>
       const size_t bytes = sizeof(bf16) * (2 * P::own + 6 * P::tile) + (P::align - 16);
-      allow_shared(dq_overlapped_kernel<X>, bytes);
+      allow_shared(dq_kernel<Wgmma, X, true>, bytes);
       if (query_grid > 0) {
-        dq_overlapped_kernel<X><<<query_grid, kThreads, bytes, stream>>>(o.q, o.k, o.v, g, cdata<float>(lse),
+        dq_kernel<Wgmma, X, true><<<query_grid, kThreads, bytes, stream>>>(o.q, o.k, o.v, g, cdata<float>(lse),
                                                                          cdata<float>(delta), mdata<X>(dq), at, causal,
                                                                          scale, query_tiles);
         TG_CUDA_CHECK_LAUNCH();
