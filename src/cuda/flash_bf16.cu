@@ -431,9 +431,10 @@ struct MmaSync {
 // accumulators then the warps' again (pin). The forward waits for each at once (scores, az, pz);
 // the backward kernels issue the next product before the arithmetic on the last one (dP with S,
 // dV before dS is made), so the tensor cores and the ALU of one warpgroup overlap; the 3 or 4
-// blocks a multiprocessor holds overlap more. (A forward that starts a tile's S while the last
-// tile's O += P V runs needs more than its 128 registers: ptxas spilled O and serialized the
-// products, its C7514 advisory, so it does not.)
+// blocks a multiprocessor holds overlap more. The kernels' overlapped forms (Note [overlapped
+// wgmma forward]) go further, at fewer blocks a multiprocessor: within 128 registers ptxas spilled
+// O and serialized the products of a forward that starts a tile's S while the last tile's O += P V
+// runs (its C7514 advisory).
 struct Wgmma {
   static constexpr int D = 64, N = 64;
   static constexpr int own = 64 * 64, tile = 64 * 64;  // halves: 8 KiB, a multiple of 1024 bytes
