@@ -339,6 +339,8 @@ int train(const TrainOptions& o) {
            "only with --value-embeds-dense (PyTorch's AdamW is the dense one)");
   if (c.products == DType::bf16 && o.dtype != DType::f32)
     refuse("--autocast bf16 casts f32 products; it needs --dtype f32, not " + std::string(dtype_name(o.dtype)));
+  if (o.cast_weights && c.products != DType::bf16)
+    refuse("--cast-weights chooses how --autocast bf16 makes its bf16 weights; without it nothing is cast");
   const Device device = parse_device(o.device);
   if (o.graph && (!device.is_cuda() || c.dropout > 0 || !o.dump_tape.empty() || !o.trace.empty()))
     refuse("--graph replays one captured step: it needs --device cuda, --dropout 0 (a replay would repeat the "

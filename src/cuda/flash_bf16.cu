@@ -507,6 +507,18 @@ __device__ void store_rows(const float (&acc)[D / 8][4], float factor, X* x, con
   }
 }
 
+// An overlapped kernel's passes over `tiles` tiles (Note [overlapped wgmma forward]): the first,
+// which has no product of a tile before it, as pass<true>(0), the others as pass<false>(j) (one
+// pass for all would make ptxas serialize the products: a branch deciding how many are in
+// flight), then finish(last), the product left from the last tile.
+template <class Pass, class Finish>
+__device__ void peeled_passes(int tiles, Pass&& pass, Finish&& finish) {
+  if (tiles == 0) return;
+  pass.template operator()<true>(0);
+  for (int j = 1; j < tiles; ++j) pass.template operator()<false>(j);
+  finish(tiles - 1);
+}
+
 // A stream's tile j has landed for every thread of the block, and tile j + 1 is on its way
 // (s.load(j + 1) where s.tiles has it): KeyStream's and QueryStream's wait.
 template <class P, class Stream>
@@ -888,7 +900,7 @@ __device__ inline void dkdv_scores_grad(float (&ds)[N / 8][4], const uint32_t (&
 // dV's product as before once P^T is made; the pass waits for both products once dS^T is made.
 // The same products into the same accumulators in the same order: the same bits. The first tile
 // is a pass of its own (no dK product before it); three query buffers (tile i - 1's queries are
-// read by its dK product while tile i is used and tile i + 1 copied in); 219 registers, so 2
+// read by its dK product while tile i is used and tile i + 1 copied in); 221 registers, so 2
 // blocks a multiprocessor.
 template <class P, class X, bool kOverlap = false>
 __global__ void __launch_bounds__(kThreads, kOverlap ? kOverlappedDkdvBlocks : Tiles<P::D>::dkdv_blocks)
@@ -938,9 +950,7 @@ __global__ void __launch_bounds__(kThreads, kOverlap ? kOverlappedDkdvBlocks : T
       to_fragments<N>(dsb, ds);
       __syncthreads();  // the buffers of tile i - 1 are refilled next
     };
-    if (queries.tiles > 0) pass.template operator()<true>(0);
-    for (int i = 1; i < queries.tiles; ++i) pass.template operator()<false>(i);
-    if (queries.tiles > 0) P::az(dk_acc, dsb, queries.Q(queries.tiles - 1));
+    peeled_passes(queries.tiles, pass, [&](int last) { P::az(dk_acc, dsb, queries.Q(last)); });
   } else {
     for (int i = 0; i < queries.tiles; ++i) {
       queries.wait(i);
@@ -1038,7 +1048,7 @@ __global__ void __launch_bounds__(kThreads, kOverlap ? 3 : Tiles<P::D>::blocks)
   zero(dq_acc);
   if constexpr (kOverlap) {
     uint32_t dsb[N / 16][4];  // tile j - 1's dS as A fragments: its dQ product's operand while it runs
-    auto pass = [&]<bool kFirst>(int j) {  // tile j; the first has no dQ product before it
+    auto pass = [&]<bool kFirst>(int j) {  // tile j (peeled_passes); the first has no dQ product before it
       keys.wait(j);  // tile j + 1 goes into the buffer of tile j - 2, whose products have finished
       const int64_t k0 = int64_t{j} * N;
       float p[N / 8][4], ds[N / 8][4];
@@ -1058,9 +1068,7 @@ __global__ void __launch_bounds__(kThreads, kOverlap ? 3 : Tiles<P::D>::blocks)
       to_fragments<N>(dsb, ds);
       __syncthreads();  // the buffers of tile j - 1 are refilled next
     };
-    if (keys.tiles > 0) pass.template operator()<true>(0);
-    for (int j = 1; j < keys.tiles; ++j) pass.template operator()<false>(j);
-    if (keys.tiles > 0) P::az(dq_acc, dsb, keys.K(keys.tiles - 1));
+    peeled_passes(keys.tiles, pass, [&](int last) { P::az(dq_acc, dsb, keys.K(last)); });
   } else {
     for (int j = 0; j < keys.tiles; ++j) {
       keys.wait(j);

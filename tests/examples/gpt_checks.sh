@@ -92,6 +92,7 @@ refused "is not a gpt log" train --steps 70 --checkpoint "$W/a.ckpt" --resume --
 refused "the checkpoint's settings lack layers" sample --checkpoint "$(dirname "$0")/../fixtures/nn/small.sd"
 refused "--graph replays one captured step: it needs --device cuda" train --graph
 refused "--autocast bf16 casts f32 products; it needs --dtype f32, not f64" train --autocast bf16 --dtype f64
+refused "--cast-weights chooses how --autocast bf16 makes its bf16 weights; without it nothing is cast" train --cast-weights
 refused "--tokens random takes no --data" train --tokens random --data "$W/other.txt"
 "$GPT" train --tokens random --steps 1 --checkpoint "$W/random.ckpt" > "$W/random.log"  # V = 50304
 grep -q 'vocab 50304' "$W/random.log" || fail "--tokens random did not train at V = 50304"
