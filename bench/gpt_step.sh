@@ -5,7 +5,8 @@
 #   also with --graph (every step after the second a replay of one captured CUDA graph), each
 #   run's PyTorch parity (tests/gpt/parity.py over the same 100 batches, f32 bounds or bf16's), and
 #   PyTorch's own step time, eager f32, eager under torch.autocast(bf16) and torch.compile under
-#   autocast (the median of 50 steps each); then the same at GPT-2 124M's sizes, and with 3
+#   autocast (the median of 50 steps each); then the same at GPT-2 124M's sizes, with GPT-2's tanh
+#   GELU through the fused MLP (its GEMM epilogues) against PyTorch's tanh GELU, and with 3
 #   value-embed planes (GPT2=0 skips them; SMALL=0 skips the small config).
 #
 #   BUILD=DIR LOGS=DIR bench/gpt_step.sh   (BUILD holds tests/gpt/gpt; LD_LIBRARY_PATH set by the caller)
@@ -52,6 +53,13 @@ timeout 300 "$gpt" train --config gpt2 --tokens random --device cuda --autocast 
   > "$logs/gpt2_graph.log" 2>&1
 line "gpt2 124M, tapegrad bf16 --graph" "$(grep -q '^median' "$logs/gpt2_graph.log" && echo INFO || echo FAIL)" \
   "$(grep -E '^median|steps replayed' "$logs/gpt2_graph.log" | tr '\n' ' ' || tail -2 "$logs/gpt2_graph.log")"
+# the same with GPT-2's tanh GELU, the MLPs fused (Note [the MLP's epilogues]) and not
+for mlp in --fused-mlp ""; do
+  timeout 300 "$gpt" train --config gpt2 --tokens random --device cuda --autocast bf16 --graph --steps 30 \
+    --gelu tanh $mlp > "$logs/gpt2_tanh$mlp.log" 2>&1
+  line "gpt2 124M tanh GELU ${mlp:-unfused}, --graph" "$(grep -q '^median' "$logs/gpt2_tanh$mlp.log" && echo INFO || echo FAIL)" \
+    "$(grep '^median' "$logs/gpt2_tanh$mlp.log" || tail -2 "$logs/gpt2_tanh$mlp.log")"
+done
 # GPT-2 + 3 value-embed planes (the issue's third row), --graph, sparse (the pull and SparseAdamW
 # after each replay) and dense
 for mode in "" --value-embeds-dense; do
@@ -76,6 +84,8 @@ torch_peer() {
   done
 }
 torch_peer gpt2
+# GPT-2 with the tanh GELU (nn.GELU(approximate='tanh') on PyTorch's side), traced from the fused MLP
+torch_peer gpt2_tanh --gelu tanh --fused-mlp
 # GPT-2 + 3 value-embed planes in a dense nn.Embedding (the issue's anchor), traced from the dense mode
 torch_peer gpt2_ve3 --value-embeds 3 --value-embeds-dense
 exit $status

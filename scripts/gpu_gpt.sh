@@ -3,8 +3,9 @@
 #  1. the tiny config on CUDA: 30 steps and a resume to 60 against 60 in one run (the same
 #     checkpoint bytes), 60 with --graph against them (the same bytes again), the same with bf16
 #     products and activations (--autocast bf16, eager against --graph, and AdamW's bf16 weight
-#     copies against --cast-weights), the same with 2 value-embed planes, sparse and dense (eager
-#     against --graph), and a sample;
+#     copies against --cast-weights), the fused MLP with GPT-2's tanh GELU under bf16 (its GEMM
+#     epilogues: eager against --graph, and its PyTorch parity), the same with 2 value-embed planes,
+#     sparse and dense (eager against --graph), and a sample;
 #  2. the small config (nanoGPT's shakespeare_char sizes) on CUDA, f32, trained on this repository's
 #     own prose (docs/*.md and README.md, about 220 KB): the step time and the validation loss;
 #  3. the PyTorch parity of the small config (tests/gpt/parity.py --device cuda, dropout 0, 100
@@ -49,6 +50,17 @@ else line "tiny, CUDA, bf16: --graph = eager" FAIL "checkpoints differ (or a run
 timeout 120 "$gpt" train --device cuda --steps 60 --autocast bf16 --cast-weights --checkpoint "$w/h.ckpt" > "$logs/tiny_bf16_cast.log" 2>&1
 if [[ -s $w/h.ckpt ]] && cmp -s "$w/d.ckpt" "$w/h.ckpt"; then line "tiny, CUDA, bf16: weight copies = casts" PASS "same checkpoint bytes"
 else line "tiny, CUDA, bf16: weight copies = casts" FAIL "checkpoints differ (or the run failed: $logs/tiny_bf16_cast.log)"; fi
+# the fused MLP with the tanh GELU (Note [the MLP's epilogues]: cuBLASLt's GELU_AUX and DGELU under
+# bf16): eager and --graph the same bytes, and its 30 steps against PyTorch's nn.GELU('tanh')
+timeout 120 "$gpt" train --device cuda --steps 60 --autocast bf16 --gelu tanh --fused-mlp --checkpoint "$w/m.ckpt" > "$logs/tiny_mlp.log" 2>&1
+timeout 120 "$gpt" train --device cuda --steps 60 --autocast bf16 --gelu tanh --fused-mlp --graph --checkpoint "$w/n.ckpt" > "$logs/tiny_mlp_graph.log" 2>&1
+if [[ -s $w/m.ckpt ]] && cmp -s "$w/m.ckpt" "$w/n.ckpt"; then line "tiny, CUDA, bf16, fused MLP: --graph = eager" PASS "same checkpoint bytes; $(grep '^median' "$logs/tiny_mlp_graph.log" | head -1)"
+else line "tiny, CUDA, bf16, fused MLP: --graph = eager" FAIL "checkpoints differ (or a run failed: $logs/tiny_mlp*.log)"; fi
+timeout 120 "$gpt" train --device cuda --steps 30 --autocast bf16 --gelu tanh --fused-mlp --trace "$w/mlp.safetensors" > /dev/null 2>&1
+timeout 200 "$python" tests/gpt/parity.py "$w/mlp.safetensors" --device cuda --autocast bf16 > "$logs/tiny_mlp_parity.log" 2>&1
+rc=$?
+line "tiny, CUDA, bf16, fused MLP: parity" "$([[ $rc == 0 ]] && echo PASS || echo FAIL)" \
+  "$(grep -E 'step 1 (loss|gradients)|steps 2' "$logs/tiny_mlp_parity.log" | cut -c1-100 | tr '\n' ' ')"
 # and with value embeddings, sparse (the pull after each replay) and dense: eager and --graph, the same bytes
 for mode in "" "--value-embeds-dense"; do
   # shellcheck disable=SC2086

@@ -7,7 +7,8 @@
 #
 #   BUILD=DIR LOGS=DIR [PRECISION=bf16] [CONFIG=gpt2] scripts/gpu_profile.sh   (LD_LIBRARY_PATH as
 #     scripts/gpu_check.sh run sets it; PRECISION: --autocast for both, f32 by default; CONFIG=gpt2:
-#     tapegrad alone at GPT-2 124M's sizes)
+#     tapegrad alone at GPT-2 124M's sizes; GPT_ARGS: more `gpt train` options, say
+#     "--gelu tanh --fused-mlp")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build-cuda} logs=${LOGS:-gpu-profile-logs} precision=${PRECISION:-f32} config=${CONFIG:-small}
@@ -22,7 +23,7 @@ gpt=$build/tests/gpt/gpt
 if [[ $config == gpt2 ]]; then run=(--config gpt2 --tokens random --steps 12) window=(--launch-skip 2500 --launch-count 2500)
 else run=(--config small --data "$w/prose.txt" --steps 40) window=(--launch-skip 2000 --launch-count 2400); fi
 timeout 240 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv "${window[@]}" \
-  "$gpt" train "${run[@]}" --device cuda --dropout 0 --autocast "$precision" \
+  "$gpt" train "${run[@]}" --device cuda --dropout 0 --autocast "$precision" ${GPT_ARGS:-} \
   > "$logs/ncu.csv" 2> "$logs/ncu.err"
 python3 - "$logs/ncu.csv" <<'PY'
 import collections, csv, re, sys

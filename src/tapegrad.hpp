@@ -18,6 +18,7 @@
 #include "tapegrad/ops/fused/attention.hpp"
 #include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
 #include "tapegrad/ops/fused/linear_cross_entropy.hpp"
+#include "tapegrad/ops/fused/mlp.hpp"
 #include "tapegrad/ops/op_table.hpp"
 #include "tapegrad/ops/ops.hpp"
 #include "tapegrad/ops/value_embed.hpp"

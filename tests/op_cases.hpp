@@ -16,6 +16,7 @@
 #include "tapegrad/graph/graph.hpp"
 #include "tapegrad/ops/fused/embedding_cross_entropy.hpp"
 #include "tapegrad/ops/fused/linear_cross_entropy.hpp"
+#include "tapegrad/ops/fused/mlp.hpp"
 #include "tapegrad/ops/fused/attention.hpp"
 #include "tapegrad/ops/op_table.hpp"
 #include "tapegrad/ops/ops.hpp"
@@ -282,6 +283,20 @@ inline std::vector<OpCase> op_cases() {
                    [](const V& v) { return ops::linear(v[0], v[1], v[2]); }});
   cases.push_back({"linear", "without bias", {{{3, 4}, {300, 128}}, {{5, 4}, {80, 128}}},
                    [](const V& v) { return ops::linear(v[0], v[1]); }});
+  // the fused MLP: x (..., C), w_fc (H, C), w_proj (O, H), biases (H,) and (O,)
+  {
+    const CaseInput x{{2, 3, 4}, {4, 50, 64}}, w_fc{{12, 4}, {256, 64}, -0.5, 0.5}, w_proj{{5, 12}, {48, 256}, -0.5, 0.5};
+    const CaseInput b_fc{{12}, {256}}, b_proj{{5}, {48}};
+    cases.push_back({"mlp", "gelu_tanh, no biases", {x, w_fc, w_proj},
+                     [](const V& v) { return ops::mlp(v[0], v[1], v[2], ops::MlpActivation::gelu_tanh); }});
+    cases.push_back({"mlp", "exact gelu, both biases", {x, w_fc, w_proj, b_fc, b_proj},
+                     [](const V& v) { return ops::mlp(v[0], v[1], v[2], ops::MlpActivation::gelu, v[3], v[4]); }});
+    cases.push_back({"mlp", "silu, the first bias, x used after it too", {x, w_fc, w_proj, b_fc},
+                     [](const V& v) {
+                       Var y = ops::mlp(v[0], v[1], v[2], ops::MlpActivation::silu, v[3]);
+                       return y + ops::sum(v[0]);  // x's gradient from two places
+                     }});
+  }
   // normalisation and dropout: with and without weight and bias, 3-D inputs, rows of one value
   {
     const CaseInput rows{{3, 5}, {300, 211}}, cube{{2, 3, 4}, {20, 30, 97}}, single{{4, 1}, {20000, 1}};

@@ -67,9 +67,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
 
   gpt::TrainOptions t;
-  std::string config = "tiny", dtype = "f32", tokens = "char", autocast = "f32";
+  std::string config = "tiny", dtype = "f32", tokens = "char", autocast = "f32", gelu = "exact";
   int64_t value_embeds = 0;
-  bool ve_dense = false;
+  bool ve_dense = false, fused_mlp = false;
   double dropout = -1;
   CLI::App* train = app.add_subcommand("train", "train (or resume) until --steps, writing the checkpoint at the end");
   train->add_option("--config", config, "tiny (L2 H4 C128 T64 B16, default), small (L6 H6 C384 T256 B64) or gpt2 "
@@ -84,6 +84,11 @@ int main(int argc, char** argv) {
   train->add_option("--dtype", dtype, "f32 (default) or f64")->check(CLI::IsMember({"f32", "f64"}));
   train->add_option("--autocast", autocast, "bf16: the model's products in bf16, all else f32; f32 (default): none")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  train->add_option("--gelu", gelu, "exact (nanoGPT's nn.GELU(), default) or tanh (GPT-2's approximation)")
+      ->check(CLI::IsMember({"exact", "tanh"}));
+  train->add_flag("--fused-mlp", fused_mlp, "each MLP as one fused op (ops::mlp); on CUDA with "
+                                                         "--autocast bf16 and --gelu tanh its GELU runs in the GEMMs' "
+                                                         "epilogues");
   train->add_option("--value-embeds", value_embeds, "P value-embed planes, added to the values of layers 0..P-1")
       ->check(CLI::Range(0, 1024));
   train->add_flag("--value-embeds-dense", ve_dense, "look them up with the dense embedding op (for comparison)");
@@ -120,6 +125,8 @@ int main(int argc, char** argv) {
     t.dtype = dtype == "f64" ? tapegrad::DType::f64 : tapegrad::DType::f32;
     t.bytes = tokens == "byte";
     t.random_tokens = tokens == "random";
+    t.preset.model.fused_mlp = fused_mlp;
+    t.preset.model.gelu_tanh = gelu == "tanh";
     t.preset.model.value_embeds = value_embeds;
     t.preset.model.ve_mode = ve_dense ? gpt::ValueEmbeds::dense : gpt::ValueEmbeds::sparse;
     t.preset.model.products = autocast == "bf16" ? tapegrad::DType::bf16 : tapegrad::DType::f32;

@@ -42,6 +42,8 @@ struct Config {
   int64_t value_embeds = 0;      // P planes, 0 <= P <= L
   ValueEmbeds ve_mode = ValueEmbeds::sparse;
   DType products = DType::f32;   // bf16: every product of the model in bf16 (ops::Autocast)
+  bool gelu_tanh = false;        // the MLP's GELU: exact (nanoGPT's nn.GELU()) or the tanh form (GPT-2's)
+  bool fused_mlp = false;        // each MLP as one op (ops::mlp), its GELU in GEMM epilogues where it can
 };
 
 struct GPT : nn::Module {
@@ -51,7 +53,8 @@ struct GPT : nn::Module {
     register_module("wte", wte);
     register_module("wpe", wpe);
     register_module("drop", drop);
-    for (int64_t l = 0; l < c.layers; ++l) h.emplace_back(f, c.dim, c.heads, c.dropout, /*bias=*/false);
+    const auto gelu = c.gelu_tanh ? nn::Activation::gelu_tanh : nn::Activation::gelu;
+    for (int64_t l = 0; l < c.layers; ++l) h.emplace_back(f, c.dim, c.heads, c.dropout, /*bias=*/false, gelu, c.fused_mlp);
     register_module("h", h);
     register_module("ln_f", ln_f);
     if (c.value_embeds > 0) register_module("ve", ve.emplace(f, c.value_embeds * c.vocab, c.dim));

@@ -115,7 +115,7 @@ std::string settings_text(const std::string& config, const Preset& p, DType dtyp
   s << "gpt config=" << config << " layers=" << c.layers << " heads=" << c.heads << " dim=" << c.dim
     << " block=" << c.block << " batch=" << c.batch << " dropout=" << fmt(c.dropout) << " value_embeds=" << c.value_embeds
     << " ve_mode=" << (c.ve_mode == ValueEmbeds::sparse ? "sparse" : "dense") << " dtype=" << dtype_name(dtype)
-    << " products=" << dtype_name(c.products)
+    << " products=" << dtype_name(c.products) << " gelu=" << (c.gelu_tanh ? "tanh" : "exact")
     << " tokens=" << tokens << " lr=" << fmt(p.lr) << " min_lr=" << fmt(p.min_lr)
     << " warmup=" << p.warmup << " decay_steps=" << p.decay_steps << " weight_decay=0.1 beta2=0.99 clip=1";
   return s.str();
@@ -141,7 +141,10 @@ void check_same_settings(const std::string& path, const std::string& file, const
     const std::string key = word.substr(0, eq), value = word.substr(eq + 1);
     auto it = theirs.find(key);
     // a setting added later reads as what the checkpoints from before it ran with
-    const std::string had = it != theirs.end() ? it->second : key == "products" ? "f32" : "(absent)";
+    const std::string had = it != theirs.end()    ? it->second
+                            : key == "products" ? "f32"
+                            : key == "gelu"     ? "exact"
+                                                : "(absent)";
     if (had != value)
       refuse(path + " was trained with " + key + "=" + had + ", but this run asks for " + key + "=" + value +
              " (give the same settings, or start a fresh run)");
@@ -616,8 +619,8 @@ int train(const TrainOptions& o) {
     trace.emplace_back("y", Tensor::from_vector(trace_y, Shape{n, B, T}));
     trace.emplace_back("loss", Tensor::from_vector(trace_loss, Shape{n}));
     trace.emplace_back("lr", Tensor::from_vector(trace_lr, Shape{n}));
-    const std::vector<int64_t> shape{c.layers, c.heads, c.dim, c.block, c.batch, c.value_embeds};
-    trace.emplace_back("config", Tensor::from_vector(shape, Shape{6}));  // L, H, C, T, B, P
+    const std::vector<int64_t> shape{c.layers, c.heads, c.dim, c.block, c.batch, c.value_embeds, c.gelu_tanh ? 1 : 0};
+    trace.emplace_back("config", Tensor::from_vector(shape, Shape{7}));  // L, H, C, T, B, P, G (1: tanh GELU)
     nn::export_safetensors(o.trace, trace);
   }
   if (o.sample_tokens > 0) {
@@ -649,6 +652,9 @@ int sample(const SampleOptions& o) {
     refuse(path + " was trained on random tokens (--tokens random): there is no text to sample");
   const DType dtype = f.count("dtype") && f.at("dtype") == "f64" ? DType::f64 : DType::f32;
   c.products = f.count("products") && f.at("products") == "bf16" ? DType::bf16 : DType::f32;
+  if (f.count("gelu") && f.at("gelu") != "exact" && f.at("gelu") != "tanh")
+    refuse(path + ": its settings say gelu=" + f.at("gelu") + ", which is neither exact nor tanh");
+  c.gelu_tanh = f.count("gelu") && f.at("gelu") == "tanh";
   std::string vocab;
   if (!bytes) {
     auto it = std::find_if(saved.begin(), saved.end(), [](const auto& e) { return e.first == "vocab"; });

@@ -271,7 +271,8 @@ namespace {
 
 // One column-major cuBLASLt GEMM with an epilogue: d (m, n) = op(a) @ op(b), op(a) (m, k) and
 // op(b) (k, n), each operand given as stored (rows, cols, ld, its type), f32 sums; `vector` is the
-// epilogue's bias (read) or bias gradient (written). The algorithm is cuBLASLt's first by its
+// epilogue's bias (read) or bias gradient (written); `aux` (m, n), d's type, is the GELU epilogues'
+// matrix of the activation's inputs (written by GELU_AUX, read by DGELU). The algorithm is cuBLASLt's first by its
 // heuristics for these sizes and alignments, with the workspace cuBLAS gets; false, with nothing
 // done, where it has none.
 struct LtOperand {
@@ -281,7 +282,7 @@ struct LtOperand {
   bool transposed;
 };
 bool lt_gemm(DeviceContext& ctx, const LtOperand& a, const LtOperand& b, void* d, cudaDataType d_type, int64_t m,
-             int64_t n, cublasLtEpilogue_t epilogue, const void* vector, int32_t vector_type) {
+             int64_t n, cublasLtEpilogue_t epilogue, const void* vector, int32_t vector_type, void* aux = nullptr) {
   const CublasLtApi& lt = cublaslt_api();
   cublasLtHandle_t handle = cublaslt_for(ctx);
   // every descriptor destroyed on the way out, thrown or not
@@ -308,6 +309,11 @@ bool lt_gemm(DeviceContext& ctx, const LtOperand& a, const LtOperand& b, void* d
   TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector, sizeof vector));
   if (vector_type >= 0)
     TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &vector_type, sizeof vector_type));
+  if (aux) {  // set before the heuristics, which choose by its alignment
+    const int64_t aux_ld = m;
+    TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    TG_CUBLAS_CHECK(lt.desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+  }
   auto rows = [](int64_t r) { return static_cast<uint64_t>(r); };
   TG_CUBLAS_CHECK(lt.layout_create(&la, a.type, rows(a.rows), rows(a.cols), a.rows));
   TG_CUBLAS_CHECK(lt.layout_create(&lb, b.type, rows(b.rows), rows(b.cols), b.rows));
@@ -372,6 +378,26 @@ bool matmul_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& dw, Tens
   if (n == 0 || m == 0 || k == 0) return false;
   return lt_gemm(context(dw), {x.raw_data(), CUDA_R_16BF, k, n, false}, {dy.raw_data(), CUDA_R_16BF, m, n, true},
                  dw.raw_data(), CUDA_R_32F, k, m, CUBLASLT_EPILOGUE_BGRADB, db.raw_data(), -1);
+}
+
+// Note [the MLP's epilogues] in src/ops/fused/mlp.cpp. Row-major as column-major, as above: the
+// forward is act^T (h, n) = w (k, h)^T @ x^T (k, n), GELU applied to the f32 sums, pre^T (h, n)
+// the aux matrix; the backward is dpre^T (h, n) = w^T (h, m) @ dy^T (m, n), each sum scaled by
+// gelu'(pre^T) before its rounding. cuBLASLt's GELU is the tanh form, and the aux matrix's leading
+// dimension (h) must be a multiple of 8.
+bool matmul_gelu(const Tensor& x, const Tensor& w, Tensor& pre, Tensor& act) {
+  const int64_t n = x.dim(0), k = x.dim(1), h = w.dim(0);
+  if (n == 0 || h == 0 || k == 0 || h % 8 != 0) return false;
+  return lt_gemm(context(act), {w.raw_data(), CUDA_R_16BF, k, h, true}, {x.raw_data(), CUDA_R_16BF, k, n, false},
+                 act.raw_data(), CUDA_R_16BF, h, n, CUBLASLT_EPILOGUE_GELU_AUX, nullptr, -1, pre.raw_data());
+}
+
+bool matmul_dgelu(const Tensor& dy, const Tensor& w, const Tensor& pre, Tensor& dpre) {
+  const int64_t n = dy.dim(0), m = dy.dim(1), h = w.dim(1);
+  if (n == 0 || h == 0 || m == 0 || h % 8 != 0) return false;
+  return lt_gemm(context(dpre), {w.raw_data(), CUDA_R_16BF, h, m, false}, {dy.raw_data(), CUDA_R_16BF, m, n, false},
+                 dpre.raw_data(), CUDA_R_16BF, h, n, CUBLASLT_EPILOGUE_DGELU, nullptr, -1,
+                 pre.raw_data());
 }
 
 void matmul_fsum(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& out) {

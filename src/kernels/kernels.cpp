@@ -170,6 +170,86 @@ void matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& o
   cast(sums, out);
 }
 
+namespace {
+
+// A (rows, cols) f32 tensor on t's device: the sums of the bf16 products below.
+Tensor f32_like(const Tensor& t) { return Tensor::empty(t.shape(), DType::f32, t.device()); }
+Tensor widened_copy(const Tensor& t) {
+  if (t.dtype() == DType::f32) return t;
+  Tensor out = f32_like(t);
+  cast(t, out);
+  return out;
+}
+bool mlp_dtype(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::bf16; }
+
+}  // namespace
+
+void matmul_activation(Unary f, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& act) {
+  const char* op = "mlp";
+  const bool with_bias = bias.defined();
+  if (x.ndim() != 2 || w.ndim() != 2 || pre.ndim() != 2 || !(act.shape() == pre.shape()) || x.dim(1) != w.dim(1) ||
+      pre.dim(0) != x.dim(0) || pre.dim(1) != w.dim(0) || (with_bias && (bias.ndim() != 1 || bias.dim(0) != w.dim(0))))
+    throw Error(std::string("[") + op + "] x " + x.shape().str() + " @ w " + w.shape().str() + "^T" +
+                (with_bias ? " + bias " + bias.shape().str() : std::string()) + " does not make pre " +
+                pre.shape().str() + " and act " + act.shape().str());
+  const DType t = x.dtype();
+  if (!mlp_dtype(t) || w.dtype() != t || pre.dtype() != t || act.dtype() != t ||
+      (with_bias && bias.dtype() != t && !(t == DType::bf16 && bias.dtype() == DType::f32)))
+    throw Error(std::string("[") + op + "] the activation's product takes x, w, pre and act of one dtype (f64, f32 or "
+                "bf16) and a bias of theirs (or f32 with bf16), got " + dtype_name(x.dtype()) + ", " +
+                dtype_name(w.dtype()) + ", " + dtype_name(pre.dtype()) + ", " + dtype_name(act.dtype()) +
+                (with_bias ? std::string(" and ") + dtype_name(bias.dtype()) : std::string()));
+  const Device device = common_device(op, {&x, &w, &bias, &pre, &act});
+#if TAPEGRAD_WITH_CUDA
+  if (device.is_cuda() && t == DType::bf16 && f == Unary::gelu_tanh && !with_bias && cuda::matmul_gelu(x, w, pre, act))
+    return;
+#else
+  (void)device;
+#endif
+  if (t != DType::bf16) {  // linear's kernels, then f's
+    matmul(x, false, w, true, pre);
+    if (with_bias) add_row(pre, bias, pre);
+    unary(f, pre, act);
+    return;
+  }
+  Tensor sums = f32_like(pre), activated = f32_like(pre);  // f on the f32 sums, each result rounded once
+  matmul(x, false, w, true, sums);
+  if (with_bias) add_row(sums, widened_copy(bias), sums);
+  unary(f, sums, activated);
+  cast(sums, pre);
+  cast(activated, act);
+}
+
+void matmul_activation_backward(Unary f, const Tensor& dy, const Tensor& w, const Tensor& pre, const Tensor& act,
+                                Tensor& dpre) {
+  const char* op = "mlp";
+  if (dy.ndim() != 2 || w.ndim() != 2 || pre.ndim() != 2 || !(act.shape() == pre.shape()) ||
+      !(dpre.shape() == pre.shape()) || dy.dim(1) != w.dim(0) || pre.dim(0) != dy.dim(0) || pre.dim(1) != w.dim(1))
+    throw Error(std::string("[") + op + "] dy " + dy.shape().str() + " @ w " + w.shape().str() + " does not fit pre " +
+                pre.shape().str() + ", act " + act.shape().str() + " and dpre " + dpre.shape().str());
+  const DType t = dy.dtype();
+  if (!mlp_dtype(t) || w.dtype() != t || pre.dtype() != t || act.dtype() != t || dpre.dtype() != t)
+    throw Error(std::string("[") + op + "] the activation's backward takes dy, w, pre, act and dpre of one dtype (f64, "
+                "f32 or bf16), got " + dtype_name(dy.dtype()) + ", " + dtype_name(w.dtype()) + ", " +
+                dtype_name(pre.dtype()) + ", " + dtype_name(act.dtype()) + " and " + dtype_name(dpre.dtype()));
+  const Device device = common_device(op, {&dy, &w, &pre, &act, &dpre});
+#if TAPEGRAD_WITH_CUDA
+  if (device.is_cuda() && t == DType::bf16 && f == Unary::gelu_tanh && cuda::matmul_dgelu(dy, w, pre, dpre)) return;
+#else
+  (void)device;
+#endif
+  if (t != DType::bf16) {  // linear's dx product, then f's backward
+    Tensor dact = Tensor::empty(pre.shape(), t, pre.device());
+    matmul(dy, false, w, false, dact);
+    unary_backward(f, pre, act, dact, dpre);
+    return;
+  }
+  Tensor sums = f32_like(pre), d = f32_like(pre);  // f' on the f32 sums, rounded once
+  matmul(dy, false, w, false, sums);
+  unary_backward(f, widened_copy(pre), widened_copy(act), sums, d);
+  cast(d, dpre);
+}
+
 void matmul_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db) {
   const char* op = "linear";
   if (dy.ndim() != 2 || x.ndim() != 2 || dw.ndim() != 2 || db.ndim() != 1 || dy.dim(0) != x.dim(0) ||

@@ -8,6 +8,7 @@
 
 #include "tapegrad/nn/init.hpp"
 #include "tapegrad/ops/fused/attention.hpp"
+#include "tapegrad/ops/fused/mlp.hpp"
 #include "tapegrad/ops/fused/norm.hpp"
 #include "tapegrad/ops/ops.hpp"
 
@@ -181,15 +182,35 @@ Var activate(Var x, Activation activation) {
   throw Error("[activate] unknown activation");
 }
 
-MLP::MLP(Factory& f, int64_t dim, int64_t hidden, Activation act, double p, bool bias)
-    : c_fc(f, checked_mlp(dim, hidden, p), hidden, bias), c_proj(f, hidden, dim, bias), dropout(f, p), activation(act) {
+MLP::MLP(Factory& f, int64_t dim, int64_t hidden, Activation act, double p, bool bias, bool fuse)
+    : c_fc(f, checked_mlp(dim, hidden, p), hidden, bias), c_proj(f, hidden, dim, bias), dropout(f, p), activation(act),
+      fused(fuse) {
+  if (fused && activation == Activation::relu_squared)
+    throw Error("[MLP] a fused MLP takes gelu, gelu_tanh, relu or silu; relu_squared is two ops (relu, then square)");
   register_module("c_fc", c_fc);
   register_module("c_proj", c_proj);
   register_module("dropout", dropout);
 }
 
+namespace {
+
+ops::MlpActivation mlp_activation(Activation activation) {
+  switch (activation) {
+    case Activation::gelu: return ops::MlpActivation::gelu;
+    case Activation::gelu_tanh: return ops::MlpActivation::gelu_tanh;
+    case Activation::relu: return ops::MlpActivation::relu;
+    case Activation::silu: return ops::MlpActivation::silu;
+    case Activation::relu_squared: break;
+  }
+  throw Error("[MLP] a fused MLP takes gelu, gelu_tanh, relu or silu; relu_squared is two ops (relu, then square)");
+}
+
+}  // namespace
+
 Var MLP::operator()(Var x) {
   const auto s = scope(x.graph());
+  if (fused)
+    return dropout(labelled(ops::mlp(x, c_fc.weight, c_proj.weight, mlp_activation(activation), c_fc.bias, c_proj.bias)));
   return dropout(c_proj(labelled(activate(c_fc(x), activation))));
 }
 
@@ -222,9 +243,9 @@ Var CausalSelfAttention::operator()(Var x, Var value_embed) {
 }
 
 // ---- Block: x + attn(ln_1(x)), then + mlp(ln_2(x))
-Block::Block(Factory& f, int64_t dim, int64_t heads, double p, bool bias, Activation activation)
+Block::Block(Factory& f, int64_t dim, int64_t heads, double p, bool bias, Activation activation, bool fused_mlp)
     : ln_1(f, checked_attention("Block", dim, heads, p), 1e-5, true, bias), attn(f, dim, heads, p, bias),
-      ln_2(f, dim, 1e-5, true, bias), mlp(f, dim, 4 * dim, activation, p, bias) {
+      ln_2(f, dim, 1e-5, true, bias), mlp(f, dim, 4 * dim, activation, p, bias, fused_mlp) {
   register_module("ln_1", ln_1);
   register_module("attn", attn);
   register_module("ln_2", ln_2);

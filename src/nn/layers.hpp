@@ -87,15 +87,20 @@ class Dropout : public Module {
 enum class Activation : uint8_t { gelu, gelu_tanh, relu, relu_squared, silu };
 Var activate(Var x, Activation activation);
 
+// fused: c_fc, the activation and c_proj as one op (ops::mlp: two nodes, "linear" and "mlp", where
+// the unfused MLP records three), whose activation a GEMM applies in its epilogue where it can
+// (Note [the MLP's epilogues]). The same parameters and, in f64 and f32, the same bits; with bf16
+// products within their rounding. Every activation but relu_squared (two ops) fuses.
 class MLP : public Module {
  public:
   MLP(Factory& f, int64_t dim, int64_t hidden, Activation activation = Activation::gelu, double dropout = 0.0,
-      bool bias = true);
+      bool bias = true, bool fused = false);
   const char* kind() const override { return "MLP"; }
   Var operator()(Var x);
   Linear c_fc, c_proj;
   Dropout dropout;
   Activation activation;
+  bool fused;
 };
 
 // nanoGPT's CausalSelfAttention. `dropout` is the residual dropout after c_proj; the fused
@@ -116,7 +121,7 @@ class CausalSelfAttention : public Module {
 class Block : public Module {
  public:
   Block(Factory& f, int64_t dim, int64_t heads, double dropout = 0.0, bool bias = true,
-        Activation activation = Activation::gelu);
+        Activation activation = Activation::gelu, bool fused_mlp = false);
   const char* kind() const override { return "Block"; }
   Var operator()(Var x, Var value_embed = Var());
   LayerNorm ln_1;

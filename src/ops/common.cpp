@@ -96,4 +96,55 @@ std::vector<int64_t> ints_of(const Tensor& t) {
   return std::vector<int64_t>(p, p + t.numel());
 }
 
+// ---- linear's parts
+
+Shape as_matrix_of_rows(const Shape& s) {
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < s.ndim(); ++i) rows *= s[i];  // fits: a Shape's extents' product does
+  return Shape{rows, s[s.ndim() - 1]};
+}
+
+DType product_dtype(const char* op, const Tensor& x, const Tensor& w) {
+  need_float_or_bf16(op, "input", x);
+  need_float_or_bf16(op, "weight", w);
+  if (x.dtype() == DType::f64 || w.dtype() == DType::f64) {
+    same_dtype(op, x, w);
+    return DType::f64;
+  }
+  if (x.dtype() == DType::bf16 || w.dtype() == DType::bf16) return DType::bf16;
+  return compute_dtype(DType::f32);
+}
+
+std::array<Tensor, 2> saved_copies(const Tensor& x, const Tensor& xc, const Tensor& w, const Tensor& wc) {
+  return {xc.dtype() != x.dtype() ? xc : Tensor(), wc.dtype() != w.dtype() ? wc : Tensor()};
+}
+
+void linear_rows(const Tensor& xc, const Tensor& Wc, const Tensor& b, Tensor& rows) {
+  if (b.defined() && rows.dtype() == DType::bf16) {  // the bias added to the f32 sums, the result rounded once
+    kernels::matmul_bias(xc, Wc, b, rows);
+    return;
+  }
+  kernels::matmul(xc, false, Wc, true, rows);
+  if (b.defined()) kernels::add_row(rows, b, rows);
+}
+
+void linear_param_grads(const Tensor& dy, const Tensor& dyc, const Tensor& xc, const Tensor& W, const Tensor& b,
+                        bool want_w, bool want_b, Tensor& dW, Tensor& db) {
+  if (want_w && want_b && xc.dtype() == DType::bf16 && W.dtype() == DType::f32 && b.dtype() == DType::f32) {
+    dW = like(W), db = like(b);
+    kernels::matmul_weight_bias_grad(dyc, xc, dW, db);
+    return;
+  }
+  if (want_w) {
+    dW = like(W);
+    kernels::matmul(dyc, true, xc, false, dW);
+  }
+  if (want_b) {
+    const DType sums = b.dtype() == DType::bf16 ? DType::f32 : b.dtype();
+    Tensor s = Tensor::empty(b.shape(), sums, dy.device());
+    kernels::sum_rows(operand(dy, sums), s);
+    db = operand(s, b.dtype());
+  }
+}
+
 }  // namespace tapegrad::ops::detail

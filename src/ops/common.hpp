@@ -1,6 +1,7 @@
 // Shared checks for op front-ends: every message starts with the op name in brackets.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -81,5 +82,28 @@ Var widened(Var x);
 // The record of a + b (equal shapes) whose value `sum` a fused kernel made: the node, name and
 // backward that ops::add would record (src/ops/elementwise.cpp).
 Var record_add(Graph& g, Tensor sum, Var a, Var b);
+
+// ---- linear's parts (linalg.cpp), shared with the fused MLP (fused/mlp.cpp)
+// x (..., in) seen as the (N, in) matrix of its rows: N is the product of the leading extents.
+Shape as_matrix_of_rows(const Shape& s);
+// The dtype a product of x and w computes in and returns (Note [bf16 activations] in
+// autocast.hpp): f64 for f64 operands; bf16 where either is bf16 or an Autocast scope is open;
+// else f32. f64 with another dtype is an error naming both.
+DType product_dtype(const char* op, const Tensor& x, const Tensor& w);
+// The copies a product's backward reads in place of its operands: each operand's copy in the
+// compute dtype where the forward made one, else undefined (the input itself).
+std::array<Tensor, 2> saved_copies(const Tensor& x, const Tensor& xc, const Tensor& w, const Tensor& wc);
+// rows (N, out) = xc (N, in) @ Wc (out, in)^T + b (out,) (b undefined: none), the operands in the
+// products' dtype; a bf16 result's bias is added to the f32 sums before its one rounding.
+void linear_rows(const Tensor& xc, const Tensor& Wc, const Tensor& b, Tensor& rows);
+// The record of linear(x, w, b) (b undefined: none) whose value `out` was made from xc and Wc, x's
+// (N, in) rows and w in the products' dtype: the node, name, saved copies and backward that
+// ops::linear records.
+Var record_linear(Graph& g, Tensor out, Var x, Var w, Var b, const Tensor& xc, const Tensor& Wc);
+// The parameters' gradients of linear_rows from dy (N, out) and dyc, dy in the products' dtype:
+// dW = dyc^T xc in W's dtype (want_w), db = dy's column sums in b's dtype, summed in f32 for a bf16
+// b (want_b). bf16 products with an f32 W and b: both from one GEMM (Note [bias in the epilogue]).
+void linear_param_grads(const Tensor& dy, const Tensor& dyc, const Tensor& xc, const Tensor& W, const Tensor& b,
+                        bool want_w, bool want_b, Tensor& dW, Tensor& db);
 
 }  // namespace tapegrad::ops::detail

@@ -41,26 +41,6 @@ Shape product_shape(const Shape& a, const Shape& b, const Shape& shown_a, const 
   return Shape(dims.begin(), dims.begin() + batch + 2);
 }
 
-// The dtype a product of x and w computes in and returns (Note [bf16 activations] in
-// autocast.hpp): f64 for f64 operands; bf16 where either is bf16 or an Autocast scope is open;
-// else f32. f64 with another dtype is an error naming both.
-DType product_dtype(const char* op, const Tensor& x, const Tensor& w) {
-  need_float_or_bf16(op, "input", x);
-  need_float_or_bf16(op, "weight", w);
-  if (x.dtype() == DType::f64 || w.dtype() == DType::f64) {
-    same_dtype(op, x, w);
-    return DType::f64;
-  }
-  if (x.dtype() == DType::bf16 || w.dtype() == DType::bf16) return DType::bf16;
-  return compute_dtype(DType::f32);
-}
-
-// The copies a product's backward reads in place of its operands: each operand's copy in the
-// compute dtype where the forward made one, else undefined (the input itself).
-std::array<Tensor, 2> saved_copies(const Tensor& x, const Tensor& xc, const Tensor& w, const Tensor& wc) {
-  return {xc.dtype() != x.dtype() ? xc : Tensor(), wc.dtype() != w.dtype() ? wc : Tensor()};
-}
-
 }  // namespace
 
 // a (..., n, k) @ b (..., k, m) -> (..., n, m), the batch axes broadcast; a 1-D a (k,) or b (k,)
@@ -172,17 +152,6 @@ Var mean(Var x) {
 
 // ---- linear (the N-d ops' linear algebra)
 
-namespace {
-
-// x (..., in) seen as the (N, in) matrix of its rows: N is the product of the leading extents.
-Shape as_matrix_of_rows(const Shape& s) {
-  int64_t rows = 1;
-  for (int i = 0; i + 1 < s.ndim(); ++i) rows *= s[i];  // fits: a Shape's extents' product does
-  return Shape{rows, s[s.ndim() - 1]};
-}
-
-}  // namespace
-
 // x (..., in) @ W (out, in)^T + b (out,) -> (..., out), as torch.nn.functional.linear; b may be an
 // undefined Var (no bias). One GEMM over x's leading axes flattened, x as (N, in).
 // dx = dy @ W, dW = dy^T @ x, db = sum of dy over its N rows (dy as (N, out)). In an Autocast
@@ -213,12 +182,11 @@ Var linear(Var x, Var w, Var b) {
   Tensor rows = out.reshape(as_matrix_of_rows(shape));
   // bf16 copies of f32 x and W under autocast, saved for the backward (Note [bf16 activations])
   const Tensor xc = operand(v, compute).reshape(as_matrix_of_rows(v.shape())), Wc = operand(W, compute);
-  if (bias && compute == DType::bf16) {  // the bias added to the f32 sums, the result rounded once
-    kernels::matmul_bias(xc, Wc, b.value(), rows);
-  } else {
-    kernels::matmul(xc, false, Wc, true, rows);
-    if (bias) kernels::add_row(rows, b.value(), rows);
-  }
+  linear_rows(xc, Wc, bias ? b.value() : Tensor(), rows);
+  return detail::record_linear(g, std::move(out), x, w, b, xc, Wc);
+}
+
+Var detail::record_linear(Graph& g, Tensor out, Var x, Var w, Var b, const Tensor& xc, const Tensor& Wc) {
   auto backward = [](BackwardContext& ctx) {
     const Tensor xc = ctx.saved(0).defined() ? ctx.saved(0)
                                              : ctx.input(0).reshape(as_matrix_of_rows(ctx.input(0).shape()));  // (N, in)
@@ -230,31 +198,16 @@ Var linear(Var x, Var w, Var b) {
       kernels::matmul(dyc, false, Wc, false, dx);
       ctx.accumulate(0, dx.reshape(ctx.input(0).shape()));
     }
-    const bool with_bias = ctx.node().inputs.size() == 3 && ctx.needs_grad(2);
-    // bf16 products, an f32 weight and bias: both gradients from one GEMM (Note [bias in the epilogue])
-    if (with_bias && ctx.needs_grad(1) && xc.dtype() == DType::bf16 && ctx.input(1).dtype() == DType::f32 &&
-        ctx.input(2).dtype() == DType::f32) {
-      Tensor dW = like(ctx.input(1)), db = like(ctx.input(2));
-      kernels::matmul_weight_bias_grad(dyc, xc, dW, db);
-      ctx.accumulate(1, dW);
-      ctx.accumulate(2, db);
-      return;
-    }
-    if (ctx.needs_grad(1)) {
-      Tensor dW = like(ctx.input(1));
-      kernels::matmul(dyc, true, xc, false, dW);
-      ctx.accumulate(1, dW);
-    }
-    if (with_bias) {
-      const DType sums = ctx.input(2).dtype() == DType::bf16 ? DType::f32 : ctx.input(2).dtype();
-      Tensor db = Tensor::empty(ctx.input(2).shape(), sums, dy.device());
-      kernels::sum_rows(operand(dy, sums), db);
-      ctx.accumulate(2, operand(db, ctx.input(2).dtype()));
-    }
+    const bool with_bias = ctx.node().inputs.size() == 3;
+    Tensor dW, db;
+    linear_param_grads(dy, dyc, xc, ctx.input(1), with_bias ? ctx.input(2) : Tensor(), ctx.needs_grad(1),
+                       with_bias && ctx.needs_grad(2), dW, db);
+    if (dW.defined()) ctx.accumulate(1, dW);
+    if (db.defined()) ctx.accumulate(2, db);
   };
-  const Tensor x_rows = v.reshape(as_matrix_of_rows(v.shape()));
-  if (bias) return g.record("linear", std::move(out), {x, w, b}, backward, saved_copies(x_rows, xc, W, Wc));
-  return g.record("linear", std::move(out), {x, w}, backward, saved_copies(x_rows, xc, W, Wc));
+  const Tensor x_rows = x.value().reshape(as_matrix_of_rows(x.shape()));
+  if (b.defined()) return g.record("linear", std::move(out), {x, w, b}, backward, saved_copies(x_rows, xc, w.value(), Wc));
+  return g.record("linear", std::move(out), {x, w}, backward, saved_copies(x_rows, xc, w.value(), Wc));
 }
 
 }  // namespace tapegrad::ops

@@ -78,6 +78,10 @@ const std::vector<OpInfo>& op_table() {
         {"linear_cross_entropy", "x (..., C), W (V, C), targets (...) int -> () mean/sum or (...) none",
          "loss = cross_entropy(x @ W^T, targets), chunk_rows rows at a time",
          "dz = (softmax(x W^T) - onehot(t)) * dy / divisor per block: dx = dz W, dW = sum over blocks of dz^T x"},
+        // the MLP: a linear node, then this one (ops/fused/mlp.cpp, Note [the MLP's epilogues])
+        {"mlp", "pre (..., H) from its linear node, W (O, H), b (O,) or none -> (..., O); f gelu, gelu_tanh, relu or silu",
+         "y = f(pre) @ W^T + b, f(pre) made by the linear's product with pre (in its epilogue)",
+         "dpre = (dy @ W) * f'(pre) (f' in the product's epilogue), dW = dy^T @ f(pre), db = sum of dy"},
     };
     t.insert(t.end(), rest.begin(), rest.end());
     // ---- images (N, C, H, W): conv.cpp

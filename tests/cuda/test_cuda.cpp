@@ -59,6 +59,12 @@ std::vector<double> uniform(size_t n, double lo, double hi) {
 Tensor random(const Shape& s, DType t, double lo = -2.0, double hi = 2.0) {
   return Tensor::from_doubles(uniform(static_cast<size_t>(s.numel()), lo, hi), s, t);
 }
+// t rounded to bf16, on the CPU.
+Tensor bf(const Tensor& t) {
+  Tensor out = Tensor::empty(t.shape(), DType::bf16);
+  kernels::cast(t, out);
+  return out;
+}
 // An output buffer full of NaN (integers: -1), so a cell a kernel forgets to write shows.
 Tensor poisoned(const Shape& s, DType t) {
   const double poison = is_floating(t) ? std::numeric_limits<double>::quiet_NaN() : -1.0;
@@ -392,11 +398,6 @@ TEST_CASE("[gpu] matmul_bias and its gradients: one cuBLASLt GEMM each, as the s
   struct Size {
     int64_t n, k, m;
   };
-  auto bf = [](const Tensor& t) {
-    Tensor out = Tensor::empty(t.shape(), DType::bf16);
-    kernels::cast(t, out);
-    return out;
-  };
   for (const Size sz : {Size{5, 7, 3}, Size{64, 96, 80}, Size{300, 384, 1152}, Size{1, 8, 8}})
     for (DType bias_type : {DType::f32, DType::bf16}) {
       const std::string what = "(" + std::to_string(sz.n) + ", " + std::to_string(sz.k) + ") @ (" + std::to_string(sz.m) +
@@ -431,6 +432,70 @@ TEST_CASE("[gpu] matmul_bias and its gradients: one cuBLASLt GEMM each, as the s
       }
       check_close(grads[2], gback[2], 1e-5, what + ": dW against the CPU");
       check_close(grads[3], gback[3], 1e-5, what + ": db against the CPU");
+    }
+}
+
+// Note [the MLP's epilogues]: the first product with GELU (tanh form) in cuBLASLt's epilogue, act
+// and its aux matrix pre, and the backward's product with gelu' in its epilogue, against the
+// CPU's f32 sums, gelu_tanh and casts (bf16 results 2^-8 apart where the f32 sums or the two
+// tanh's differ in a last bit); an aux matrix of rows that are not a multiple of 8 (h = 36) is
+// refused by cuBLASLt's rule and falls back to CUDA's separate kernels.
+TEST_CASE("[gpu] matmul_activation: GELU and its derivative in cuBLASLt's epilogues, as the CPU computes them") {
+  struct Size {
+    int64_t n, k, h;
+  };
+  const kernels::Unary gelu = kernels::Unary::gelu_tanh;
+  for (const Size sz : {Size{64, 96, 256}, Size{300, 384, 1536}, Size{512, 768, 3072}, Size{40, 16, 36}}) {
+    const std::string what = "(" + std::to_string(sz.n) + ", " + std::to_string(sz.k) + ") @ (" +
+                             std::to_string(sz.h) + ", " + std::to_string(sz.k) + ")^T";
+    const bool lt = sz.h % 8 == 0;
+    const Tensor x = bf(random({sz.n, sz.k}, DType::f32, -1.0, 1.0)), w = bf(random({sz.h, sz.k}, DType::f32, -0.2, 0.2));
+    std::vector<Tensor> args{x, w, poisoned({sz.n, sz.h}, DType::bf16), poisoned({sz.n, sz.h}, DType::bf16)};
+    auto back = run_both(args, [&](std::vector<Tensor>& a) { kernels::matmul_activation(gelu, a[0], a[1], Tensor(), a[2], a[3]); });
+    check_close(args[2], back[2], 4e-3, what + ": pre, CUDA against the CPU");
+    check_close(args[3], back[3], 8e-3, what + ": act = gelu_tanh(pre), CUDA against the CPU");
+    Tensor pre = Tensor::empty({sz.n, sz.h}, DType::bf16, kGpu), act = Tensor::empty({sz.n, sz.h}, DType::bf16, kGpu);
+    CHECK_MESSAGE(cuda::matmul_gelu(x.to(kGpu), w.to(kGpu), pre, act) == lt, what << ": cuBLASLt ran it (h % 8 == 0)");
+    // the backward: dpre = (dy @ w2) * gelu'(pre), w2 (m, h), against the CPU's f32 path
+    const int64_t m = sz.k;
+    const Tensor dy = bf(random({sz.n, m}, DType::f32, -1.0, 1.0)), w2 = bf(random({m, sz.h}, DType::f32, -0.2, 0.2));
+    std::vector<Tensor> grads{dy, w2, args[2], args[3], poisoned({sz.n, sz.h}, DType::bf16)};
+    auto gback = run_both(grads, [&](std::vector<Tensor>& a) {
+      kernels::matmul_activation_backward(gelu, a[0], a[1], a[2], a[3], a[4]);
+    });
+    check_close(grads[4], gback[4], 1e-2, what + ": dpre, CUDA against the CPU");
+    Tensor dpre = Tensor::empty({sz.n, sz.h}, DType::bf16, kGpu);
+    CHECK_MESSAGE(cuda::matmul_dgelu(dy.to(kGpu), w2.to(kGpu), args[2].to(kGpu), dpre) == lt, what << ": cuBLASLt ran dgelu");
+    if (lt) check_bits(gback[4], dpre.to(kCpu), what + ": the facade ran the same GEMM");
+  }
+}
+
+// The fused MLP on CUDA under autocast, gelu_tanh (the epilogues) and exact gelu (the separate
+// kernels), against the CPU's: values and every gradient within bf16's rounding.
+TEST_CASE("[gpu] ops::mlp under autocast: CUDA against the CPU, forward and backward") {
+  for (ops::MlpActivation f : {ops::MlpActivation::gelu_tanh, ops::MlpActivation::gelu})
+    for (bool biases : {false, true}) {
+      const std::string what = std::string(ops::mlp_activation_name(f)) + (biases ? ", biases" : ", no biases");
+      const std::vector<Tensor> init{random({4, 64, 96}, DType::f32, -1.0, 1.0), random({384, 96}, DType::f32, -0.1, 0.1),
+                                     random({96, 384}, DType::f32, -0.1, 0.1), random({384}, DType::f32, -0.5, 0.5),
+                                     random({96}, DType::f32, -0.5, 0.5)};
+      std::vector<std::vector<Tensor>> results;
+      for (Device d : {kCpu, kGpu}) {
+        Graph g;
+        std::vector<Var> p;
+        for (size_t i = 0; i < (biases ? 5u : 3u); ++i) p.push_back(g.parameter(init[i].to(d)));
+        Var y;
+        {
+          ops::Autocast scope(DType::bf16);
+          y = ops::mlp(p[0], p[1], p[2], f, biases ? p[3] : Var(), biases ? p[4] : Var());
+        }
+        g.backward(ops::sum(ops::to(y, DType::f32)));
+        std::vector<Tensor> out{y.value().to(kCpu)};
+        for (const Var& v : p) out.push_back(v.grad().to(kCpu));
+        results.push_back(std::move(out));
+      }
+      for (size_t k = 0; k < results[0].size(); ++k)
+        check_close(results[0][k], results[1][k], k == 0 ? 8e-3 : 1e-2, what + ": output " + std::to_string(k));
     }
 }
 
@@ -1341,11 +1406,6 @@ TEST_CASE("[gpu] scaled_dot_product_attention under autocast: the bf16 kernels, 
 // Note [bf16 activations]: the kernels a bf16 model runs, against the CPU's (which compute the
 // same f32 arithmetic on widened values, rounded once).
 TEST_CASE("[gpu] bf16 activations: elementwise kernels, bf16 products and attention against the CPU") {
-  auto bf = [](const Tensor& t) {
-    Tensor h = Tensor::empty(t.shape(), DType::bf16);
-    kernels::cast(t, h);
-    return h;
-  };
   for (int64_t n : {1, 7, 8, 1000, 100003}) {  // packs of 8 and tails
     const std::string what = "n " + std::to_string(n);
     const Tensor x = bf(random(Shape{n}, DType::f32)), y = bf(random(Shape{n}, DType::f32)), f = random(Shape{n}, DType::f32);

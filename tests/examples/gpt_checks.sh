@@ -49,6 +49,17 @@ cmp -s "$W/e.ckpt" "$W/f.ckpt" || fail "AdamW's bf16 weight copies changed a bf1
 cmp -s "$W/e.ckpt" "$W/g.ckpt" || fail "a bf16 resume differs from one run"
 echo "bf16 products: AdamW's weight copies and casts give the same checkpoint bytes, resumed too"
 
+# the fused MLP (ops::mlp) is the unfused one's bits in f32; the tanh GELU is a setting of the model
+"$GPT" train --steps 12 --fused-mlp --checkpoint "$W/h.ckpt" > /dev/null
+"$GPT" train --steps 12 --checkpoint "$W/i.ckpt" > /dev/null
+cmp -s "$W/h.ckpt" "$W/i.ckpt" || fail "--fused-mlp changed an f32 run"
+"$GPT" train --steps 12 --gelu tanh --fused-mlp --checkpoint "$W/j.ckpt" > /dev/null
+"$GPT" train --steps 12 --gelu tanh --checkpoint "$W/k.ckpt" > /dev/null
+cmp -s "$W/j.ckpt" "$W/k.ckpt" || fail "--fused-mlp changed an f32 run with --gelu tanh"
+cmp -s "$W/j.ckpt" "$W/i.ckpt" && fail "--gelu tanh trained the same weights as the exact GELU"
+"$GPT" sample --checkpoint "$W/j.ckpt" --tokens 20 > /dev/null || fail "a --gelu tanh checkpoint did not sample"
+echo "the fused MLP: the same checkpoint bytes in f32, with either GELU"
+
 "$GPT" sample --checkpoint "$W/a.ckpt" --prompt "It was" --tokens 60 --temperature 0.8 --top-k 5 > "$W/s1.txt"
 "$GPT" sample --checkpoint "$W/a.ckpt" --prompt "It was" --tokens 60 --temperature 0.8 --top-k 5 > "$W/s2.txt"
 echo "sample: $(cat "$W/s1.txt")"
@@ -98,9 +109,11 @@ refused "--tokens random takes no --data" train --tokens random --data "$W/other
 grep -q 'vocab 50304' "$W/random.log" || fail "--tokens random did not train at V = 50304"
 refused "was trained on random tokens (--tokens random): there is no text to sample" sample --checkpoint "$W/random.ckpt"
 refused "trained with products=f32, but this run asks for products=bf16" train --autocast bf16 --steps 70 --checkpoint "$W/a.ckpt" --resume
+refused "trained with gelu=exact, but this run asks for gelu=tanh" train --gelu tanh --steps 70 --checkpoint "$W/a.ckpt" --resume
+refused "trained with gelu=tanh, but this run asks for gelu=exact" train --steps 70 --checkpoint "$W/j.ckpt" --resume
 [[ ! -e $W/none.ckpt ]] || fail "a refused run wrote a checkpoint"
 [[ $(cat "$W/short.txt") == "too short" ]] || fail "a refused resume rewrote the log it refused"
-echo "refusals: 24, each exit 2 with its message, the checkpoint unchanged"
+echo "refusals: 26, each exit 2 with its message, the checkpoint unchanged"
 
 "$GPT" > "$W/default.log"
 grep -q '^step 200 loss' "$W/default.log" && grep -q '^sample: ' "$W/default.log" \

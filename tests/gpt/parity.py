@@ -5,9 +5,9 @@
 
 TRACE is what `gpt train --trace TRACE --dropout 0` writes (train.cpp): tapegrad's initial weights
 ("init.<name>"), every step's batch ("x", "y": (steps, B, T) i32), its losses and learning rates
-("loss", "lr") and the first step's gradients ("grad.<name>"), and "config" = (L, H, C, T, B, P).
+("loss", "lr") and the first step's gradients ("grad.<name>"), and "config" = (L, H, C, T, B, P, G).
 This script builds nanoGPT's GPT in PyTorch with the same names (model.hpp: no biases, LayerNorm
-without bias, exact GELU, the head tied to wte; with P > 0 value-embed planes, modded-nanogpt's
+without bias, exact GELU (G 1: the tanh form, `--gelu tanh`), the head tied to wte; with P > 0 value-embed planes, modded-nanogpt's
 v = v + ve_p in blocks 0..P-1, the planes one (P V, C) table "ve.weight" looked up densely, as
 `gpt train --value-embeds P --value-embeds-dense` does), loads the initial weights, and trains on
 the same batches with AdamW (betas 0.9 and 0.99, weight decay 0.1 on the matrices only, the traced rates)
@@ -43,12 +43,12 @@ from torch_layers import Block, layer_norm, read_safetensors  # noqa: E402
 class GPT(torch.nn.Module):
     """model.hpp's GPT: nanoGPT's with bias=False (tests/nn/torch_layers.py's blocks), the head tied to wte."""
 
-    def __init__(self, V, L, H, C, T, P=0):
+    def __init__(self, V, L, H, C, T, P=0, gelu="none"):
         super().__init__()
         self.V, self.P = V, P
         self.wte = torch.nn.Embedding(V, C)
         self.wpe = torch.nn.Embedding(T, C)
-        self.h = torch.nn.ModuleList([Block(C, H, bias=False) for _ in range(L)])
+        self.h = torch.nn.ModuleList([Block(C, H, bias=False, gelu=gelu) for _ in range(L)])
         self.ln_f = layer_norm(C, bias=False)
         if P:  # plane p is rows p V .. p V + V - 1 (model.hpp's "ve.weight")
             self.ve = torch.nn.Embedding(P * V, C)
@@ -98,7 +98,9 @@ def main():
     ap.add_argument("--compile", action="store_true")
     a = ap.parse_args()
     t = read_safetensors(a.trace)
-    L, H, C, T, B, P = (list(int(v) for v in t["config"]) + [0])[:6]  # traces before value embeddings: 5
+    # (L, H, C, T, B, P, G): traces before value embeddings have 5, before --gelu tanh 6; G 1 is tanh
+    L, H, C, T, B, P, G = (list(int(v) for v in t["config"]) + [0, 0])[:7]
+    gelu = "tanh" if G == 1 else "none"
     dtype = torch.float64 if t["init.wte.weight"].dtype == np.float64 else torch.float32
     bf16 = a.autocast == "bf16"
     tol = 1e-10 if dtype == torch.float64 else 1e-2 if bf16 else 1e-5
@@ -109,7 +111,7 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
-    model = GPT(V, L, H, C, T, P).to(dev, dtype)
+    model = GPT(V, L, H, C, T, P, gelu).to(dev, dtype)
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     expected = sorted(k[5:] for k in t if k.startswith("init."))
     if sorted(params) != expected:
@@ -123,7 +125,7 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
                             lr=1e-3, betas=(0.9, 0.99), eps=1e-8)
     steps = len(t["loss"]) if a.steps == 0 else min(a.steps, len(t["loss"]))
-    planes = f" P{P}" if P else ""
+    planes = (f" P{P}" if P else "") + (" gelu tanh" if G == 1 else "")
     print(f"parity: GPT L{L} H{H} C{C} T{T} B{B} V{V}{planes} {str(dtype)[6:]}{' autocast bf16' if bf16 else ''} "
           f"on {dev}, torch {torch.__version__}, {steps} steps")
 

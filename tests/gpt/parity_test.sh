@@ -13,5 +13,11 @@ need_torch "gpt parity"  # sets $python
 "$gpt" train --steps 30 --value-embeds 2 --value-embeds-dense --trace "$work/parity_ve.safetensors" \
   > "$work/parity_ve.log" || exit 1
 "$python" "$parity" "$work/parity_ve.safetensors" || exit 1
+# GPT-2's tanh GELU through the fused MLP (ops::mlp) against nn.GELU(approximate='tanh')
+"$gpt" train --steps 30 --gelu tanh --fused-mlp --trace "$work/parity_tanh.safetensors" > "$work/parity_tanh.log" || exit 1
+"$python" "$parity" "$work/parity_tanh.safetensors" || exit 1
+"$gpt" train --steps 5 --dtype f64 --gelu tanh --fused-mlp --trace "$work/parity_tanh64.safetensors" \
+  > "$work/parity_tanh64.log" || exit 1
+"$python" "$parity" "$work/parity_tanh64.safetensors" || exit 1
 "$gpt" train --steps 10 --dtype f64 --trace "$work/parity_f64.safetensors" > "$work/parity_f64.log" || exit 1
 exec "$python" "$parity" "$work/parity_f64.safetensors"

@@ -331,9 +331,11 @@ TEST_CASE("each layer's forward matches PyTorch's, in f64 and f32") {
     fill(rms);
     check(rms(x_of({2, 5})), dtype == DType::f64 ? nn_values::rms_norm : nn_values::rms_norm_f32);
 
-    nn::MLP mlp(p.f, 4, 8);
+    nn::MLP mlp(p.f, 4, 8), fused(p.f, 4, 8, nn::Activation::gelu, 0.0, true, /*fused=*/true);
     fill(mlp);
+    fill(fused);
     check(mlp(x_of({2, 3, 4})), nn_values::mlp);
+    check(fused(x_of({2, 3, 4})), nn_values::mlp);
 
     nn::CausalSelfAttention attn(p.f, 8, 2);
     fill(attn);
@@ -369,6 +371,32 @@ TEST_CASE("gradient check (f64) of a tiny Block with value embeddings from an Em
     CHECK_MESSAGE(std::any_of(grad.begin(), grad.end(), [](double d) { return d != 0; }), name);
   }
   CHECK(values.weight.grad().defined());
+}
+
+TEST_CASE("a fused MLP (ops::mlp) gives the unfused one's values and gradients, bit for bit in f32") {
+  for (nn::Activation act : {nn::Activation::gelu, nn::Activation::gelu_tanh, nn::Activation::silu})
+    for (bool bias : {false, true}) {
+      CAPTURE(static_cast<int>(act));
+      CAPTURE(bias);
+      Place p(3, DType::f32);
+      nn::MLP plain(p.f, 8, 32, act, 0.0, bias), fused(p.f, 8, 32, act, 0.0, bias, /*fused=*/true);
+      fill(plain);
+      fill(fused);
+      Var x = p.g.parameter(testing::inputs({2, 3, 8}, DType::f32));
+      Var yp = plain(x), yf = fused(x);
+      CHECK(yf.value().to_doubles() == yp.value().to_doubles());
+      p.g.backward(ops::sum(yp * yp) + ops::sum(yf * yf));
+      const auto a = plain.named_parameters(), b = fused.named_parameters();
+      REQUIRE(a.size() == b.size());
+      for (size_t k = 0; k < a.size(); ++k) {
+        CAPTURE(a[k].first);
+        CHECK(a[k].first == b[k].first);
+        CHECK(a[k].second.grad().to_doubles() == b[k].second.grad().to_doubles());
+      }
+    }
+  Place p;
+  CHECK(message_of([&] { nn::MLP(p.f, 8, 16, nn::Activation::relu_squared, 0.0, true, true); }) ==
+        "[MLP] a fused MLP takes gelu, gelu_tanh, relu or silu; relu_squared is two ops (relu, then square)");
 }
 
 TEST_CASE("layer errors name the layer, its path and both shapes") {

@@ -50,10 +50,10 @@ class RMSNorm(nn.Module):  # torch.nn.RMSNorm (torch >= 2.4), eps None = the dty
 
 
 class MLP(nn.Module):  # nanoGPT's
-    def __init__(self, dim, hidden, bias=True):
+    def __init__(self, dim, hidden, bias=True, gelu="none"):
         super().__init__()
         self.c_fc = nn.Linear(dim, hidden, bias=bias)
-        self.gelu = nn.GELU()
+        self.gelu = nn.GELU(approximate=gelu)
         self.c_proj = nn.Linear(hidden, dim, bias=bias)
         self.dropout = nn.Dropout(0.0)
 
@@ -88,12 +88,12 @@ class CausalSelfAttention(nn.Module):  # nanoGPT's, with modded-nanogpt's v = v 
 
 
 class Block(nn.Module):  # nanoGPT's
-    def __init__(self, dim, heads, bias=True):
+    def __init__(self, dim, heads, bias=True, gelu="none"):
         super().__init__()
         self.ln_1 = layer_norm(dim, bias)
         self.attn = CausalSelfAttention(dim, heads, bias)
         self.ln_2 = layer_norm(dim, bias)
-        self.mlp = MLP(dim, 4 * dim, bias)
+        self.mlp = MLP(dim, 4 * dim, bias, gelu)
 
     def forward(self, x, ve=None):
         x = x + self.attn(self.ln_1(x), ve)

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "messages.hpp"
+#include "ops_testing.hpp"
 #include "tapegrad/graph/graph.hpp"
 #include "tapegrad/kernels/kernels.hpp"
 #include "tapegrad/ops/autocast.hpp"
@@ -15,31 +16,17 @@
 #include "tapegrad/ops/ops.hpp"
 
 using namespace tapegrad;
+using tapegrad::testing::max_relative;
 using tapegrad::testing::message_of;
+using tapegrad::testing::random_tensor;
 
 namespace {
-
-Tensor random_tensor(const Shape& s, DType dtype, uint64_t seed, double scale = 1.0) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> u(0.0, scale);
-  std::vector<double> v(static_cast<size_t>(s.numel()));
-  for (double& x : v) x = u(rng);
-  return Tensor::from_doubles(v, s, dtype);
-}
 
 Tensor targets_tensor(const Shape& s, int64_t classes, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<double> v(static_cast<size_t>(s.numel()));
   for (double& x : v) x = static_cast<double>(rng() % static_cast<uint64_t>(classes));
   return Tensor::from_doubles(v, s, DType::i32);
-}
-
-double max_relative(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_doubles(), y = b.to_doubles();
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < x.size(); ++i) scale = std::max(scale, std::abs(y[i]));
-  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]) / scale);
-  return worst;
 }
 
 }  // namespace
