@@ -510,10 +510,11 @@ __device__ void store_rows(const float (&acc)[D / 8][4], float factor, X* x, con
 // An overlapped kernel's passes over `tiles` tiles (Note [overlapped wgmma forward]): the first,
 // which has no product of a tile before it, as pass<true>(0), the others as pass<false>(j) (one
 // pass for all would make ptxas serialize the products: a branch deciding how many are in
-// flight), then finish(last), the product left from the last tile.
+// flight), then finish(last), the product left from the last tile. No tiles (a causal key block
+// past every query, whose count comes out negative): nothing, as a plain loop would do.
 template <class Pass, class Finish>
 __device__ void peeled_passes(int tiles, Pass&& pass, Finish&& finish) {
-  if (tiles == 0) return;
+  if (tiles <= 0) return;
   pass.template operator()<true>(0);
   for (int j = 1; j < tiles; ++j) pass.template operator()<false>(j);
   finish(tiles - 1);

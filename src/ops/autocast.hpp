@@ -45,7 +45,11 @@
 // other write (copy_from, a loaded state, another optimizer) leaves the copy stale, and the
 // product casts as before. A copy holds the cast's bits (kernels::to_bf16 of the same f32
 // values), so no result changes; a captured step (CUDA graphs) reads the copy its own update
-// wrote in the replay before.
+// wrote in the replay before. A replay moves no version on the host, so a captured product reads
+// the copy its capture found whatever happened to the weight since: a weight written between
+// replays by anything but the optimizer needs AdamW::refresh_bf16_copies() (writing weights
+// before capturing, as gpt train does, needs nothing), and copies kept after a capture would
+// never be written by the captured update (keep_bf16_copies refuses then).
 #pragma once
 
 #include <vector>

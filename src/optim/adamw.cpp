@@ -57,6 +57,9 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWConfig config) {
 
 void AdamW::keep_bf16_copies() {
   if (copy_registry_) return;
+  if (schedule_.defined())  // a captured update (scheduled_step) would never write them
+    throw Error("[adamw] keep_bf16_copies after a scheduled (captured) update: the captured kernels would never write "
+                "the copies; call it before capturing");
   auto registry = std::make_shared<ops::Bf16Copies>();
   std::vector<Tensor> copies(params_.size());
   for (size_t k = 0; k < params_.size(); ++k) {
@@ -68,6 +71,16 @@ void AdamW::keep_bf16_copies() {
   }
   copies_ = std::move(copies);
   copy_registry_ = std::move(registry);
+}
+
+void AdamW::refresh_bf16_copies() {
+  if (!copy_registry_) return;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (!copies_[k].defined()) continue;
+    const Tensor& p = params_[k].value();
+    kernels::cast(p, copies_[k]);
+    copy_registry_->keep(p, copies_[k]);
+  }
 }
 
 void AdamW::set_lr(double lr) {

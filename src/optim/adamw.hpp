@@ -109,7 +109,13 @@ class AdamW {
   // products take in place of casting the parameter while it has had no other write. Makes the
   // copies now (a cast each); calling it again does nothing. f64 parameters get none (they are
   // never cast). The copies go with the optimizer; its state (state_tensors) leaves them out.
+  // Refused once a scheduled (captured) update exists: call it before capturing.
   void keep_bf16_copies();
+  // Casts every parameter into its copy again and registers it as current: for a weight written
+  // by anything but this optimizer while a captured step lives (a captured product reads the copy
+  // its capture found, whatever the weight's version says). Eager steps need no call: a stale copy
+  // is never taken there.
+  void refresh_bf16_copies();
   bool keeps_bf16_copies() const { return copy_registry_ != nullptr; }
 
   const std::vector<Var>& parameters() const { return params_; }

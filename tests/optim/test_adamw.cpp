@@ -409,6 +409,11 @@ TEST_CASE("bf16 weight copies: AdamW writes the cast's bits, products take them 
       value.copy_from(uniform_f32(Shape{16, 12}, 3));
       CHECK_FALSE(ops::current_bf16_copy(w1.value()).defined());
       CHECK(ops::current_bf16_copy(w2.value()).defined());
+      adamw.refresh_bf16_copies();  // the cast of the written weight, current again
+      const Tensor kept = ops::current_bf16_copy(w1.value());
+      REQUIRE(kept.defined());
+      CHECK(bytes_of(kept) == bytes_of(bf16_of(w1.value())));
+      value.copy_from(run.weights[0]);  // back to the trained weight, for the comparison below
     }
     return run;
   };
@@ -458,4 +463,11 @@ TEST_CASE("bf16 weight copies: none for f64 parameters, dropped with their owner
   CHECK(testing::message_of([&] {
           kernels::adamw_step_many({slot}, optim::AdamW({g.parameter(w.clone())}, bob_config()).scalars(1));
         }) == "[adamw] a weight's bf16 copy must be bf16 of its shape, the weight f32: got (2, 3) f32 for (2, 3) f32");
+  // a captured update (its step schedule) would never write copies kept after it
+  optim::AdamW scheduled({g.parameter(w.clone())}, bob_config());
+  scheduled.write_schedule(0, 1);
+  CHECK(testing::message_of([&] { scheduled.keep_bf16_copies(); }) ==
+        "[adamw] keep_bf16_copies after a scheduled (captured) update: the captured kernels would never write the "
+        "copies; call it before capturing");
+  CHECK_FALSE(scheduled.keeps_bf16_copies());
 }
