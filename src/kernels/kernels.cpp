@@ -172,14 +172,6 @@ void matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& o
 
 namespace {
 
-// A (rows, cols) f32 tensor on t's device: the sums of the bf16 products below.
-Tensor f32_like(const Tensor& t) { return Tensor::empty(t.shape(), DType::f32, t.device()); }
-Tensor widened_copy(const Tensor& t) {
-  if (t.dtype() == DType::f32) return t;
-  Tensor out = f32_like(t);
-  cast(t, out);
-  return out;
-}
 bool mlp_dtype(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::bf16; }
 
 }  // namespace
@@ -206,18 +198,14 @@ void matmul_activation(Unary f, const Tensor& x, const Tensor& w, const Tensor& 
 #else
   (void)device;
 #endif
-  if (t != DType::bf16) {  // linear's kernels, then f's
+  // linear's kernels, then f's: the unfused ops' bits
+  if (with_bias && t == DType::bf16) {
+    matmul_bias(x, w, bias, pre);
+  } else {
     matmul(x, false, w, true, pre);
     if (with_bias) add_row(pre, bias, pre);
-    unary(f, pre, act);
-    return;
   }
-  Tensor sums = f32_like(pre), activated = f32_like(pre);  // f on the f32 sums, each result rounded once
-  matmul(x, false, w, true, sums);
-  if (with_bias) add_row(sums, widened_copy(bias), sums);
-  unary(f, sums, activated);
-  cast(sums, pre);
-  cast(activated, act);
+  unary(f, pre, act);
 }
 
 void matmul_activation_backward(Unary f, const Tensor& dy, const Tensor& w, const Tensor& pre, const Tensor& act,
@@ -238,16 +226,9 @@ void matmul_activation_backward(Unary f, const Tensor& dy, const Tensor& w, cons
 #else
   (void)device;
 #endif
-  if (t != DType::bf16) {  // linear's dx product, then f's backward
-    Tensor dact = Tensor::empty(pre.shape(), t, pre.device());
-    matmul(dy, false, w, false, dact);
-    unary_backward(f, pre, act, dact, dpre);
-    return;
-  }
-  Tensor sums = f32_like(pre), d = f32_like(pre);  // f' on the f32 sums, rounded once
-  matmul(dy, false, w, false, sums);
-  unary_backward(f, widened_copy(pre), widened_copy(act), sums, d);
-  cast(d, dpre);
+  Tensor dact = Tensor::empty(pre.shape(), t, pre.device());  // linear's dx product, then f's backward
+  matmul(dy, false, w, false, dact);
+  unary_backward(f, pre, act, dact, dpre);
 }
 
 void matmul_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db) {

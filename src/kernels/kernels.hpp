@@ -95,18 +95,16 @@ void matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& o
 void matmul_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db);
 // The first product of an MLP and its activation (ops::mlp, Note [the MLP's epilogues] in
 // src/ops/fused/mlp.cpp): pre (n, h) = x (n, k) @ w (h, k)^T (+ bias (h,)), act (n, h) = f(pre).
-// f64 and f32: matmul, add_row and unary, in that order (linear then f's op, bit for bit). bf16 x
-// and w (pre and act bf16, the bias f32 or bf16): f is applied to the f32 sums and both results are
-// rounded once, as cuBLASLt's activation epilogues do. CUDA, f = gelu_tanh, bf16, no bias: one
-// cuBLASLt GEMM with the GELU_AUX epilogue (act its output, pre its aux matrix), where cuBLASLt has
-// a kernel for it; else matmul into f32 sums, add_row, unary and casts. All contiguous; shapes that
-// do not fit are an error naming them.
+// CUDA, bf16, f = gelu_tanh, no bias: one cuBLASLt GEMM with the GELU_AUX epilogue, where cuBLASLt
+// has a kernel for it: act = f of the f32 sums, pre = the sums (its aux matrix), each rounded once.
+// Else linear's kernels and then f's (matmul or matmul_bias, add_row, unary): the unfused ops'
+// bits, in every dtype (f64, f32, or bf16 with an f32 or bf16 bias). All contiguous; shapes that do
+// not fit are an error naming them.
 void matmul_activation(Unary f, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& act);
 // Its backward through f and the product after it: dpre (n, h) = (dy (n, m) @ w (m, h)) * f'(pre),
-// act = f(pre) (read by the ops whose derivative is written with y). f64 and f32: matmul into a
-// (n, h) temporary, then unary_backward (the unfused ops' bits). bf16: f' scales the f32 sums, one
-// rounding; CUDA, f = gelu_tanh: one cuBLASLt GEMM with the DGELU epilogue reading pre, where
-// cuBLASLt has a kernel for it.
+// act = f(pre) (read by the ops whose derivative is written with y). CUDA, bf16, f = gelu_tanh: one
+// cuBLASLt GEMM with the DGELU epilogue reading pre (f' scales the f32 sums, one rounding), where
+// cuBLASLt has a kernel for it; else matmul into dact, then unary_backward (the unfused ops' bits).
 void matmul_activation_backward(Unary f, const Tensor& dy, const Tensor& w, const Tensor& pre, const Tensor& act,
                                 Tensor& dpre);
 // out (n, m) = op(a) @ op(b), 2-D and f64 only, each cell the correctly rounded sum of its k

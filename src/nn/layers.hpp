@@ -89,8 +89,9 @@ Var activate(Var x, Activation activation);
 
 // fused: c_fc, the activation and c_proj as one op (ops::mlp: two nodes, "linear" and "mlp", where
 // the unfused MLP records three), whose activation a GEMM applies in its epilogue where it can
-// (Note [the MLP's epilogues]). The same parameters and, in f64 and f32, the same bits; with bf16
-// products within their rounding. Every activation but relu_squared (two ops) fuses.
+// (Note [the MLP's epilogues]). The same parameters and the same bits, but where a CUDA epilogue
+// runs (bf16 products, gelu_tanh): within bf16's rounding there. Every activation but relu_squared
+// (two ops) fuses.
 class MLP : public Module {
  public:
   MLP(Factory& f, int64_t dim, int64_t hidden, Activation activation = Activation::gelu, double dropout = 0.0,

@@ -437,9 +437,9 @@ TEST_CASE("[gpu] matmul_bias and its gradients: one cuBLASLt GEMM each, as the s
 
 // Note [the MLP's epilogues]: the first product with GELU (tanh form) in cuBLASLt's epilogue, act
 // and its aux matrix pre, and the backward's product with gelu' in its epilogue, against the
-// CPU's f32 sums, gelu_tanh and casts (bf16 results 2^-8 apart where the f32 sums or the two
-// tanh's differ in a last bit); an aux matrix of rows that are not a multiple of 8 (h = 36) is
-// refused by cuBLASLt's rule and falls back to CUDA's separate kernels.
+// CPU's unfused kernels (which round pre and dact to bf16 before gelu and gelu' act: results a
+// bf16 rounding or two apart); an aux matrix of rows that are not a multiple of 8 (h = 36) is
+// refused by cuBLASLt's rule and falls back to CUDA's unfused kernels.
 TEST_CASE("[gpu] matmul_activation: GELU and its derivative in cuBLASLt's epilogues, as the CPU computes them") {
   struct Size {
     int64_t n, k, h;

@@ -57,8 +57,12 @@ cmp -s "$W/h.ckpt" "$W/i.ckpt" || fail "--fused-mlp changed an f32 run"
 "$GPT" train --steps 12 --gelu tanh --checkpoint "$W/k.ckpt" > /dev/null
 cmp -s "$W/j.ckpt" "$W/k.ckpt" || fail "--fused-mlp changed an f32 run with --gelu tanh"
 cmp -s "$W/j.ckpt" "$W/i.ckpt" && fail "--gelu tanh trained the same weights as the exact GELU"
+# with bf16 products too: on the CPU no GEMM epilogue runs, so the fused MLP is the three ops' bits
+"$GPT" train --steps 12 --autocast bf16 --gelu tanh --fused-mlp --checkpoint "$W/l.ckpt" > /dev/null
+"$GPT" train --steps 12 --autocast bf16 --gelu tanh --checkpoint "$W/o.ckpt" > /dev/null
+cmp -s "$W/l.ckpt" "$W/o.ckpt" || fail "--fused-mlp changed a bf16 run on the CPU"
 "$GPT" sample --checkpoint "$W/j.ckpt" --tokens 20 > /dev/null || fail "a --gelu tanh checkpoint did not sample"
-echo "the fused MLP: the same checkpoint bytes in f32, with either GELU"
+echo "the fused MLP: the same checkpoint bytes on the CPU, f32 with either GELU and bf16 products"
 
 "$GPT" sample --checkpoint "$W/a.ckpt" --prompt "It was" --tokens 60 --temperature 0.8 --top-k 5 > "$W/s1.txt"
 "$GPT" sample --checkpoint "$W/a.ckpt" --prompt "It was" --tokens 60 --temperature 0.8 --top-k 5 > "$W/s2.txt"

@@ -12,12 +12,12 @@
 //   "mlp"    (pre, w_proj, b_proj) -> y        y = act W_proj^T + b_proj, act = f(pre) made with
 //                                              pre by the first product; its backward gives dpre
 // so the engine sees nothing unusual: "mlp" reads act from its saved slot and hands dpre to the
-// linear node as the gradient of its output, which it is. In f64 and f32, and for every f without
-// a CUDA epilogue, kernels::matmul_activation(_backward) run the unfused kernels in the unfused
-// order (the three ops' bits). With bf16 products f and f' act on the f32 sums before the one
-// rounding, epilogue or not (the CPU and CUDA fallbacks too), which is a little more accurate than
-// rounding pre and dact first. cuBLASLt's GELU is the tanh form, so the epilogues serve
-// MlpActivation::gelu_tanh (GPT-2's own GELU); exact GELU runs the separate kernels.
+// linear node as the gradient of its output, which it is. cuBLASLt's GELU is the tanh form, so the
+// epilogues serve MlpActivation::gelu_tanh (GPT-2's own GELU) with bf16 products on CUDA; there f
+// and f' act on the f32 sums before the one rounding (a little more accurate than rounding pre and
+// dact first, within bf16's rounding of the three ops). Everywhere else, and where cuBLASLt has no
+// kernel for the sizes, kernels::matmul_activation(_backward) run the unfused kernels in the unfused
+// order: the three ops' bits, in every dtype.
 #include "tapegrad/ops/fused/mlp.hpp"
 
 #include <string>
