@@ -47,12 +47,13 @@ bool matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& o
 // dw (m, k) f32 = dy (n, m)^T @ x (n, k) and db (m,) f32 = dy's column sums, dy and x bf16: one
 // cuBLASLt GEMM with the BGRADB epilogue; false, with nothing done, where it has no kernel.
 bool matmul_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db);
-// act (n, h) bf16 = gelu_tanh(x (n, k) @ w (h, k)^T) and pre (n, h) bf16 = the product, both from
-// the f32 sums: one cuBLASLt GEMM with the GELU_AUX epilogue (Note [the MLP's epilogues] in
+// act (n, h) bf16 = gelu_tanh(x (n, k) @ w (h, k)^T + bias) and pre (n, h) bf16 = the product plus
+// the bias (undefined: none; else bf16 (h,)), both from the f32 sums: one cuBLASLt GEMM with the
+// GELU_AUX (GELU_AUX_BIAS) epilogue (Note [the MLP's epilogues] in
 // src/ops/fused/mlp.cpp). dpre (n, h) bf16 = (dy (n, m) @ w (m, h)) * gelu_tanh'(pre): one with
 // the DGELU epilogue. False, with nothing done, where cuBLASLt has no kernel for it (h not a
 // multiple of 8 among them: the aux matrix's rows must be).
-bool matmul_gelu(const Tensor& x, const Tensor& w, Tensor& pre, Tensor& act);
+bool matmul_gelu(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& act);
 bool matmul_dgelu(const Tensor& dy, const Tensor& w, const Tensor& pre, Tensor& dpre);
 
 // kernels::add_norm_rows for f32 sums (a f32, r f32 or bf16; the facade runs the rest), one kernel

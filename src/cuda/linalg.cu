@@ -383,13 +383,16 @@ bool matmul_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& dw, Tens
 // Note [the MLP's epilogues] in src/ops/fused/mlp.cpp. Row-major as column-major, as above: the
 // forward is act^T (h, n) = w (k, h)^T @ x^T (k, n), GELU applied to the f32 sums, pre^T (h, n)
 // the aux matrix; the backward is dpre^T (h, n) = w^T (h, m) @ dy^T (m, n), each sum scaled by
-// gelu'(pre^T) before its rounding. cuBLASLt's GELU is the tanh form, and the aux matrix's leading
-// dimension (h) must be a multiple of 8.
-bool matmul_gelu(const Tensor& x, const Tensor& w, Tensor& pre, Tensor& act) {
+// gelu'(pre^T) before its rounding. A bf16 bias (along pre^T's rows) is added to the sums first
+// (GELU_AUX_BIAS). cuBLASLt's GELU is the tanh form, and the aux matrix's leading dimension (h) must
+// be a multiple of 8.
+bool matmul_gelu(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& act) {
   const int64_t n = x.dim(0), k = x.dim(1), h = w.dim(0);
-  if (n == 0 || h == 0 || k == 0 || h % 8 != 0) return false;
+  if (n == 0 || h == 0 || k == 0 || h % 8 != 0 || (bias.defined() && bias.dtype() != DType::bf16)) return false;
   return lt_gemm(context(act), {w.raw_data(), CUDA_R_16BF, k, h, true}, {x.raw_data(), CUDA_R_16BF, k, n, false},
-                 act.raw_data(), CUDA_R_16BF, h, n, CUBLASLT_EPILOGUE_GELU_AUX, nullptr, -1, pre.raw_data());
+                 act.raw_data(), CUDA_R_16BF, h, n,
+                 bias.defined() ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX,
+                 bias.defined() ? bias.raw_data() : nullptr, bias.defined() ? CUDA_R_16BF : -1, pre.raw_data());
 }
 
 bool matmul_dgelu(const Tensor& dy, const Tensor& w, const Tensor& pre, Tensor& dpre) {

@@ -193,7 +193,8 @@ void matmul_activation(Unary f, const Tensor& x, const Tensor& w, const Tensor& 
                 (with_bias ? std::string(" and ") + dtype_name(bias.dtype()) : std::string()));
   const Device device = common_device(op, {&x, &w, &bias, &pre, &act});
 #if TAPEGRAD_WITH_CUDA
-  if (device.is_cuda() && t == DType::bf16 && f == Unary::gelu_tanh && !with_bias && cuda::matmul_gelu(x, w, pre, act))
+  if (device.is_cuda() && t == DType::bf16 && f == Unary::gelu_tanh && (!with_bias || bias.dtype() == DType::bf16) &&
+      cuda::matmul_gelu(x, w, bias, pre, act))
     return;
 #else
   (void)device;

@@ -95,8 +95,10 @@ void matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& o
 void matmul_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db);
 // The first product of an MLP and its activation (ops::mlp, Note [the MLP's epilogues] in
 // src/ops/fused/mlp.cpp): pre (n, h) = x (n, k) @ w (h, k)^T (+ bias (h,)), act (n, h) = f(pre).
-// CUDA, bf16, f = gelu_tanh, no bias: one cuBLASLt GEMM with the GELU_AUX epilogue, where cuBLASLt
-// has a kernel for it: act = f of the f32 sums, pre = the sums (its aux matrix), each rounded once.
+// CUDA, bf16, f = gelu_tanh, no bias or a bf16 one: one cuBLASLt GEMM with the GELU_AUX
+// (GELU_AUX_BIAS) epilogue, where cuBLASLt has a kernel for it: act = f of the f32 sums (plus the
+// bias), pre = those sums (its aux matrix), each rounded once. (An f32 bias, autocast's, has no
+// such kernel with bf16 results: cuBLASLt 13.0 refused BIAS so, Note [bias in the epilogue].)
 // Else linear's kernels and then f's (matmul or matmul_bias, add_row, unary): the unfused ops'
 // bits, in every dtype (f64, f32, or bf16 with an f32 or bf16 bias). All contiguous; shapes that do
 // not fit are an error naming them.

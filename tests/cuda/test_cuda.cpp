@@ -450,13 +450,24 @@ TEST_CASE("[gpu] matmul_activation: GELU and its derivative in cuBLASLt's epilog
                              std::to_string(sz.h) + ", " + std::to_string(sz.k) + ")^T";
     const bool lt = sz.h % 8 == 0;
     const Tensor x = bf(random({sz.n, sz.k}, DType::f32, -1.0, 1.0)), w = bf(random({sz.h, sz.k}, DType::f32, -0.2, 0.2));
-    std::vector<Tensor> args{x, w, poisoned({sz.n, sz.h}, DType::bf16), poisoned({sz.n, sz.h}, DType::bf16)};
-    auto back = run_both(args, [&](std::vector<Tensor>& a) { kernels::matmul_activation(gelu, a[0], a[1], Tensor(), a[2], a[3]); });
-    check_close(args[2], back[2], 4e-3, what + ": pre, CUDA against the CPU");
-    check_close(args[3], back[3], 8e-3, what + ": act = gelu_tanh(pre), CUDA against the CPU");
-    Tensor pre = Tensor::empty({sz.n, sz.h}, DType::bf16, kGpu), act = Tensor::empty({sz.n, sz.h}, DType::bf16, kGpu);
-    CHECK_MESSAGE(cuda::matmul_gelu(x.to(kGpu), w.to(kGpu), pre, act) == lt, what << ": cuBLASLt ran it (h % 8 == 0)");
-    // the backward: dpre = (dy @ w2) * gelu'(pre), w2 (m, h), against the CPU's f32 path
+    // without a bias (GELU_AUX), then with a bf16 one (GELU_AUX_BIAS, a fifth argument)
+    const Tensor bias = bf(random({sz.h}, DType::f32, -0.5, 0.5));
+    std::vector<Tensor> args;  // the CPU's x, w, pre, act without a bias, for the backward
+    for (bool with_bias : {false, true}) {
+      const std::string with = what + (with_bias ? " + bf16 bias" : "");
+      std::vector<Tensor> in{x, w, poisoned({sz.n, sz.h}, DType::bf16), poisoned({sz.n, sz.h}, DType::bf16)};
+      if (with_bias) in.push_back(bias);
+      auto out = run_both(in, [&](std::vector<Tensor>& a) {
+        kernels::matmul_activation(gelu, a[0], a[1], a.size() == 5 ? a[4] : Tensor(), a[2], a[3]);
+      });
+      check_close(in[2], out[2], 4e-3, with + ": pre, CUDA against the CPU");
+      check_close(in[3], out[3], 8e-3, with + ": act = gelu_tanh(pre), CUDA against the CPU");
+      Tensor pre = Tensor::empty({sz.n, sz.h}, DType::bf16, kGpu), act = Tensor::empty({sz.n, sz.h}, DType::bf16, kGpu);
+      CHECK_MESSAGE(cuda::matmul_gelu(x.to(kGpu), w.to(kGpu), with_bias ? bias.to(kGpu) : Tensor(), pre, act) == lt,
+                    with << ": cuBLASLt ran it (h % 8 == 0)");
+      if (!with_bias) args = in;
+    }
+    // the backward: dpre = (dy @ w2) * gelu'(pre), w2 (m, h), against the CPU's unfused kernels
     const int64_t m = sz.k;
     const Tensor dy = bf(random({sz.n, m}, DType::f32, -1.0, 1.0)), w2 = bf(random({m, sz.h}, DType::f32, -0.2, 0.2));
     std::vector<Tensor> grads{dy, w2, args[2], args[3], poisoned({sz.n, sz.h}, DType::bf16)};
@@ -470,33 +481,38 @@ TEST_CASE("[gpu] matmul_activation: GELU and its derivative in cuBLASLt's epilog
   }
 }
 
-// The fused MLP on CUDA under autocast, gelu_tanh (the epilogues) and exact gelu (the separate
-// kernels), against the CPU's: values and every gradient within bf16's rounding.
-TEST_CASE("[gpu] ops::mlp under autocast: CUDA against the CPU, forward and backward") {
+// The fused MLP on CUDA, gelu_tanh (the epilogues; with bf16 parameters its bias in the epilogue
+// too) and exact gelu (the separate kernels), against the CPU's: values and every gradient within
+// bf16's rounding. f32 parameters run under autocast, bf16 ones as they are.
+TEST_CASE("[gpu] ops::mlp with bf16 products: CUDA against the CPU, forward and backward") {
   for (ops::MlpActivation f : {ops::MlpActivation::gelu_tanh, ops::MlpActivation::gelu})
-    for (bool biases : {false, true}) {
-      const std::string what = std::string(ops::mlp_activation_name(f)) + (biases ? ", biases" : ", no biases");
-      const std::vector<Tensor> init{random({4, 64, 96}, DType::f32, -1.0, 1.0), random({384, 96}, DType::f32, -0.1, 0.1),
-                                     random({96, 384}, DType::f32, -0.1, 0.1), random({384}, DType::f32, -0.5, 0.5),
-                                     random({96}, DType::f32, -0.5, 0.5)};
-      std::vector<std::vector<Tensor>> results;
-      for (Device d : {kCpu, kGpu}) {
-        Graph g;
-        std::vector<Var> p;
-        for (size_t i = 0; i < (biases ? 5u : 3u); ++i) p.push_back(g.parameter(init[i].to(d)));
-        Var y;
-        {
-          ops::Autocast scope(DType::bf16);
-          y = ops::mlp(p[0], p[1], p[2], f, biases ? p[3] : Var(), biases ? p[4] : Var());
+    for (bool biases : {false, true})
+      for (DType params : {DType::f32, DType::bf16}) {
+        const std::string what = std::string(ops::mlp_activation_name(f)) + (biases ? ", biases, " : ", no biases, ") +
+                                 name(params) + " parameters";
+        std::vector<Tensor> init{random({4, 64, 96}, DType::f32, -1.0, 1.0), random({384, 96}, DType::f32, -0.1, 0.1),
+                                 random({96, 384}, DType::f32, -0.1, 0.1), random({384}, DType::f32, -0.5, 0.5),
+                                 random({96}, DType::f32, -0.5, 0.5)};
+        if (params == DType::bf16)
+          for (Tensor& t : init) t = bf(t);
+        std::vector<std::vector<Tensor>> results;
+        for (Device d : {kCpu, kGpu}) {
+          Graph g;
+          std::vector<Var> p;
+          for (size_t i = 0; i < (biases ? 5u : 3u); ++i) p.push_back(g.parameter(init[i].to(d)));
+          Var y;
+          {
+            ops::Autocast scope(DType::bf16);
+            y = ops::mlp(p[0], p[1], p[2], f, biases ? p[3] : Var(), biases ? p[4] : Var());
+          }
+          g.backward(ops::sum(ops::to(y, DType::f32)));
+          std::vector<Tensor> out{y.value().to(kCpu)};
+          for (const Var& v : p) out.push_back(v.grad().to(kCpu));
+          results.push_back(std::move(out));
         }
-        g.backward(ops::sum(ops::to(y, DType::f32)));
-        std::vector<Tensor> out{y.value().to(kCpu)};
-        for (const Var& v : p) out.push_back(v.grad().to(kCpu));
-        results.push_back(std::move(out));
+        for (size_t k = 0; k < results[0].size(); ++k)
+          check_close(results[0][k], results[1][k], k == 0 ? 8e-3 : 1e-2, what + ": output " + std::to_string(k));
       }
-      for (size_t k = 0; k < results[0].size(); ++k)
-        check_close(results[0][k], results[1][k], k == 0 ? 8e-3 : 1e-2, what + ": output " + std::to_string(k));
-    }
 }
 
 TEST_CASE("[gpu] gather and its scatter backward, with repeated ids") {

@@ -15,9 +15,11 @@
 // linear node as the gradient of its output, which it is. cuBLASLt's GELU is the tanh form, so the
 // epilogues serve MlpActivation::gelu_tanh (GPT-2's own GELU) with bf16 products on CUDA; there f
 // and f' act on the f32 sums before the one rounding (a little more accurate than rounding pre and
-// dact first, within bf16's rounding of the three ops). Everywhere else, and where cuBLASLt has no
-// kernel for the sizes, kernels::matmul_activation(_backward) run the unfused kernels in the unfused
-// order: the three ops' bits, in every dtype.
+// dact first, within bf16's rounding of the three ops). A first bias goes into the forward's
+// epilogue too when it is bf16 (GELU_AUX_BIAS); an f32 one, autocast's, has no such kernel with
+// bf16 results, so that forward runs unfused. Everywhere else, and where cuBLASLt has no kernel for
+// the sizes, kernels::matmul_activation(_backward) run the unfused kernels in the unfused order: the
+// three ops' bits, in every dtype.
 #include "tapegrad/ops/fused/mlp.hpp"
 
 #include <string>

@@ -12,9 +12,10 @@
 // product's dx (backward), and the elementwise passes over the (N, H) activations disappear
 // (Note [the MLP's epilogues] in the .cpp). Where no epilogue runs the op runs the unfused ops'
 // kernels in their order: the same bits as the three ops, in every dtype. Where one does (CUDA,
-// bf16 products, gelu_tanh, no first bias) f and f' act on the f32 sums before the one rounding,
-// so its values are within bf16's rounding of the three ops', not equal to them. It saves what the
-// three ops save: x's and the weights' product copies, pre and act.
+// bf16 products, gelu_tanh; in the forward no first bias or a bf16 one) f and f' act on the f32
+// sums before the one rounding, so its values are within bf16's rounding of the three ops', not
+// equal to them. It saves what the three ops save: x's and the weights' product copies, pre and
+// act.
 #pragma once
 
 #include "tapegrad/ops/ops.hpp"
