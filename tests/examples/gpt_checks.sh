@@ -115,9 +115,16 @@ refused "was trained on random tokens (--tokens random): there is no text to sam
 refused "trained with products=f32, but this run asks for products=bf16" train --autocast bf16 --steps 70 --checkpoint "$W/a.ckpt" --resume
 refused "trained with gelu=exact, but this run asks for gelu=tanh" train --gelu tanh --steps 70 --checkpoint "$W/a.ckpt" --resume
 refused "trained with gelu=tanh, but this run asks for gelu=exact" train --steps 70 --checkpoint "$W/j.ckpt" --resume
+# a checkpoint whose settings name a GELU neither exact nor tanh (its CRC made good again)
+python3 - "$W/j.ckpt" "$W/bad_gelu.ckpt" <<'PY'
+import sys, zlib
+body = open(sys.argv[1], "rb").read()[:-4].replace(b"gelu=tanh", b"gelu=erfx", 1)
+open(sys.argv[2], "wb").write(body + zlib.crc32(body).to_bytes(4, "little"))
+PY
+refused "bad_gelu.ckpt: its settings say gelu=erfx, which is neither exact nor tanh" sample --checkpoint "$W/bad_gelu.ckpt"
 [[ ! -e $W/none.ckpt ]] || fail "a refused run wrote a checkpoint"
 [[ $(cat "$W/short.txt") == "too short" ]] || fail "a refused resume rewrote the log it refused"
-echo "refusals: 26, each exit 2 with its message, the checkpoint unchanged"
+echo "refusals: 27, each exit 2 with its message, the checkpoint unchanged"
 
 "$GPT" > "$W/default.log"
 grep -q '^step 200 loss' "$W/default.log" && grep -q '^sample: ' "$W/default.log" \
