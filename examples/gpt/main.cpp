@@ -7,7 +7,8 @@
 //   gpt train [--config tiny|small|gpt2] [--data FILE] [--tokens char|byte|random] [--steps N]
 //             [--device cpu|cuda] [--dtype f32|f64] [--autocast bf16] [--value-embeds P] [--value-embeds-dense]
 //             [--dropout P] [--checkpoint CKPT [--resume | --force] [--save-every K]]
-//             [--log FILE.csv] [--seed S] [--dump-tape FILE] [--trace FILE] [--graph] [--cast-weights] [--sample N]
+//             [--log FILE.csv] [--seed S] [--dump-tape FILE] [--trace FILE] [--graph] [--cast-weights]
+//             [--gelu exact|tanh] [--fused-mlp] [--sample N]
 //   gpt sample --checkpoint CKPT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]
 //              [--seed S] [--device cpu|cuda]
 //
@@ -86,9 +87,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   train->add_option("--gelu", gelu, "exact (nanoGPT's nn.GELU(), default) or tanh (GPT-2's approximation)")
       ->check(CLI::IsMember({"exact", "tanh"}));
-  train->add_flag("--fused-mlp", fused_mlp, "each MLP as one fused op (ops::mlp); on CUDA with "
-                                                         "--autocast bf16 and --gelu tanh its GELU runs in the GEMMs' "
-                                                         "epilogues");
+  train->add_flag("--fused-mlp", fused_mlp, "each MLP as one fused op (ops::mlp); on CUDA with --autocast bf16 "
+                                            "and --gelu tanh its GELU runs in the GEMMs' epilogues");
   train->add_option("--value-embeds", value_embeds, "P value-embed planes, added to the values of layers 0..P-1")
       ->check(CLI::Range(0, 1024));
   train->add_flag("--value-embeds-dense", ve_dense, "look them up with the dense embedding op (for comparison)");

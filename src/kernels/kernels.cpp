@@ -170,6 +170,15 @@ void matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& o
   cast(sums, out);
 }
 
+void linear_rows(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out) {
+  if (bias.defined() && out.dtype() == DType::bf16) {
+    matmul_bias(x, w, bias, out);
+    return;
+  }
+  matmul(x, false, w, true, out);
+  if (bias.defined()) add_row(out, bias, out);
+}
+
 namespace {
 
 bool mlp_dtype(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::bf16; }
@@ -189,8 +198,9 @@ void matmul_activation(Unary f, const Tensor& x, const Tensor& w, const Tensor& 
       (with_bias && bias.dtype() != t && !(t == DType::bf16 && bias.dtype() == DType::f32)))
     throw Error(std::string("[") + op + "] the activation's product takes x, w, pre and act of one dtype (f64, f32 or "
                 "bf16) and a bias of theirs (or f32 with bf16), got " + dtype_name(x.dtype()) + ", " +
-                dtype_name(w.dtype()) + ", " + dtype_name(pre.dtype()) + ", " + dtype_name(act.dtype()) +
-                (with_bias ? std::string(" and ") + dtype_name(bias.dtype()) : std::string()));
+                dtype_name(w.dtype()) + ", " + dtype_name(pre.dtype()) +
+                (with_bias ? std::string(", ") + dtype_name(act.dtype()) + " and " + dtype_name(bias.dtype())
+                           : std::string(" and ") + dtype_name(act.dtype())));
   const Device device = common_device(op, {&x, &w, &bias, &pre, &act});
 #if TAPEGRAD_WITH_CUDA
   if (device.is_cuda() && t == DType::bf16 && f == Unary::gelu_tanh && (!with_bias || bias.dtype() == DType::bf16) &&
@@ -199,13 +209,7 @@ void matmul_activation(Unary f, const Tensor& x, const Tensor& w, const Tensor& 
 #else
   (void)device;
 #endif
-  // linear's kernels, then f's: the unfused ops' bits
-  if (with_bias && t == DType::bf16) {
-    matmul_bias(x, w, bias, pre);
-  } else {
-    matmul(x, false, w, true, pre);
-    if (with_bias) add_row(pre, bias, pre);
-  }
+  linear_rows(x, w, bias, pre);  // linear's kernels, then f's: the unfused ops' bits
   unary(f, pre, act);
 }
 

@@ -93,14 +93,18 @@ void matmul_bias(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& o
 // epilogue sums dy's columns as it reads them, where cuBLASLt has a kernel for it; else matmul and
 // sum_rows over dy widened. All contiguous; shapes that do not fit are an error naming them.
 void matmul_weight_bias_grad(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db);
+// linear's forward: out (n, m) = x (n, k) @ w (m, k)^T + bias (m,) (undefined: none), x, w and out
+// of one dtype (f64, f32 or bf16; the bias theirs, or f32 with bf16): matmul and add_row, or for a
+// bf16 out with a bias matmul_bias (the bias added to the f32 sums before the one rounding).
+void linear_rows(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& out);
 // The first product of an MLP and its activation (ops::mlp, Note [the MLP's epilogues] in
 // src/ops/fused/mlp.cpp): pre (n, h) = x (n, k) @ w (h, k)^T (+ bias (h,)), act (n, h) = f(pre).
 // CUDA, bf16, f = gelu_tanh, no bias or a bf16 one: one cuBLASLt GEMM with the GELU_AUX
 // (GELU_AUX_BIAS) epilogue, where cuBLASLt has a kernel for it: act = f of the f32 sums (plus the
 // bias), pre = those sums (its aux matrix), each rounded once. (An f32 bias, autocast's, has no
 // such kernel with bf16 results: cuBLASLt 13.0 refused BIAS so, Note [bias in the epilogue].)
-// Else linear's kernels and then f's (matmul or matmul_bias, add_row, unary): the unfused ops'
-// bits, in every dtype (f64, f32, or bf16 with an f32 or bf16 bias). All contiguous; shapes that do
+// Else linear_rows and then unary: the unfused ops' bits, in every dtype (f64, f32, or bf16 with an
+// f32 or bf16 bias). All contiguous; shapes that do
 // not fit are an error naming them.
 void matmul_activation(Unary f, const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre, Tensor& act);
 // Its backward through f and the product after it: dpre (n, h) = (dy (n, m) @ w (m, h)) * f'(pre),

@@ -119,15 +119,6 @@ std::array<Tensor, 2> saved_copies(const Tensor& x, const Tensor& xc, const Tens
   return {xc.dtype() != x.dtype() ? xc : Tensor(), wc.dtype() != w.dtype() ? wc : Tensor()};
 }
 
-void linear_rows(const Tensor& xc, const Tensor& Wc, const Tensor& b, Tensor& rows) {
-  if (b.defined() && rows.dtype() == DType::bf16) {  // the bias added to the f32 sums, the result rounded once
-    kernels::matmul_bias(xc, Wc, b, rows);
-    return;
-  }
-  kernels::matmul(xc, false, Wc, true, rows);
-  if (b.defined()) kernels::add_row(rows, b, rows);
-}
-
 void linear_param_grads(const Tensor& dy, const Tensor& dyc, const Tensor& xc, const Tensor& W, const Tensor& b,
                         bool want_w, bool want_b, Tensor& dW, Tensor& db) {
   if (want_w && want_b && xc.dtype() == DType::bf16 && W.dtype() == DType::f32 && b.dtype() == DType::f32) {

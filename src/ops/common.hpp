@@ -83,7 +83,8 @@ Var widened(Var x);
 // backward that ops::add would record (src/ops/elementwise.cpp).
 Var record_add(Graph& g, Tensor sum, Var a, Var b);
 
-// ---- linear's parts (linalg.cpp), shared with the fused MLP (fused/mlp.cpp)
+// ---- linear's parts (linalg.cpp), shared with the fused MLP (fused/mlp.cpp); its forward is
+// kernels::linear_rows
 // x (..., in) seen as the (N, in) matrix of its rows: N is the product of the leading extents.
 Shape as_matrix_of_rows(const Shape& s);
 // The dtype a product of x and w computes in and returns (Note [bf16 activations] in
@@ -93,9 +94,6 @@ DType product_dtype(const char* op, const Tensor& x, const Tensor& w);
 // The copies a product's backward reads in place of its operands: each operand's copy in the
 // compute dtype where the forward made one, else undefined (the input itself).
 std::array<Tensor, 2> saved_copies(const Tensor& x, const Tensor& xc, const Tensor& w, const Tensor& wc);
-// rows (N, out) = xc (N, in) @ Wc (out, in)^T + b (out,) (b undefined: none), the operands in the
-// products' dtype; a bf16 result's bias is added to the f32 sums before its one rounding.
-void linear_rows(const Tensor& xc, const Tensor& Wc, const Tensor& b, Tensor& rows);
 // The record of linear(x, w, b) (b undefined: none) whose value `out` was made from xc and Wc, x's
 // (N, in) rows and w in the products' dtype: the node, name, saved copies and backward that
 // ops::linear records.

@@ -182,7 +182,7 @@ Var linear(Var x, Var w, Var b) {
   Tensor rows = out.reshape(as_matrix_of_rows(shape));
   // bf16 copies of f32 x and W under autocast, saved for the backward (Note [bf16 activations])
   const Tensor xc = operand(v, compute).reshape(as_matrix_of_rows(v.shape())), Wc = operand(W, compute);
-  linear_rows(xc, Wc, bias ? b.value() : Tensor(), rows);
+  kernels::linear_rows(xc, Wc, bias ? b.value() : Tensor(), rows);
   return detail::record_linear(g, std::move(out), x, w, b, xc, Wc);
 }
 

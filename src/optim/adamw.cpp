@@ -64,22 +64,24 @@ void AdamW::keep_bf16_copies() {
   std::vector<Tensor> copies(params_.size());
   for (size_t k = 0; k < params_.size(); ++k) {
     const Tensor& p = params_[k].value();
-    if (p.dtype() != DType::f32) continue;
-    copies[k] = Tensor::empty(p.shape(), DType::bf16, p.device());
-    kernels::cast(p, copies[k]);
-    registry->keep(p, copies[k]);
+    if (p.dtype() == DType::f32) copies[k] = Tensor::empty(p.shape(), DType::bf16, p.device());
   }
+  cast_into_copies(copies, *registry);  // a refusal leaves this optimizer as it was
   copies_ = std::move(copies);
   copy_registry_ = std::move(registry);
 }
 
 void AdamW::refresh_bf16_copies() {
-  if (!copy_registry_) return;
+  if (copy_registry_) cast_into_copies(copies_, *copy_registry_);
+}
+
+void AdamW::cast_into_copies(const std::vector<Tensor>& copies, ops::Bf16Copies& registry) const {
   for (size_t k = 0; k < params_.size(); ++k) {
-    if (!copies_[k].defined()) continue;
+    if (!copies[k].defined()) continue;
     const Tensor& p = params_[k].value();
-    kernels::cast(p, copies_[k]);
-    copy_registry_->keep(p, copies_[k]);
+    Tensor copy = copies[k];  // a handle: cast writes through it
+    kernels::cast(p, copy);
+    registry.keep(p, copy);
   }
 }
 

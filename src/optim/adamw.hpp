@@ -138,6 +138,8 @@ class AdamW {
   // shared by copies of this optimizer and dropped with the last
   std::vector<Tensor> copies_;
   std::shared_ptr<ops::Bf16Copies> copy_registry_;
+  // each parameter with a copy cast into it and registered as current
+  void cast_into_copies(const std::vector<Tensor>& copies, ops::Bf16Copies& registry) const;
 
   // Parameters with a gradient: each with its own count's scalars, or with its group's scalars from
   // slot `slot` of the schedule (a captured update) when slot >= 0.

@@ -11,6 +11,7 @@
 #include "messages.hpp"
 #include "ops_testing.hpp"
 #include "tapegrad/graph/graph.hpp"
+#include "tapegrad/kernels/kernels.hpp"
 #include "tapegrad/ops/autocast.hpp"
 #include "tapegrad/ops/fused/mlp.hpp"
 #include "tapegrad/ops/ops.hpp"
@@ -148,4 +149,30 @@ TEST_CASE("mlp refuses bad inputs by name and shapes") {
   Graph other;
   CHECK(message_of([&] { ops::mlp(x, w_fc, other.parameter(random_tensor({8, 16}, DType::f32, 4)), gelu); }) ==
         "[mlp] inputs belong to different graphs");
+}
+
+TEST_CASE("the MLP's kernels refuse shapes and dtypes that do not fit, naming them") {
+  const auto gelu = kernels::Unary::gelu_erf;
+  const Tensor x = random_tensor({4, 8}, DType::f32, 1), w = random_tensor({16, 8}, DType::f32, 2);
+  Tensor pre = Tensor::empty({4, 16}, DType::f32), act = Tensor::empty({4, 16}, DType::f32);
+  Tensor small = Tensor::empty({4, 15}, DType::f32), wide = Tensor::empty({4, 16}, DType::f64);
+  CHECK(message_of([&] { kernels::matmul_activation(gelu, x, w, Tensor(), small, act); }) ==
+        "[mlp] x (4, 8) @ w (16, 8)^T does not make pre (4, 15) and act (4, 16)");
+  CHECK(message_of([&] { kernels::matmul_activation(gelu, x, w, Tensor::empty({15}, DType::f32), pre, act); }) ==
+        "[mlp] x (4, 8) @ w (16, 8)^T + bias (15,) does not make pre (4, 16) and act (4, 16)");
+  CHECK(message_of([&] { kernels::matmul_activation(gelu, x, w, Tensor(), pre, wide); }) ==
+        "[mlp] the activation's product takes x, w, pre and act of one dtype (f64, f32 or bf16) and a bias of theirs "
+        "(or f32 with bf16), got f32, f32, f32 and f64");
+  CHECK(message_of([&] { kernels::matmul_activation(gelu, x, w, Tensor::empty({16}, DType::bf16), pre, act); }) ==
+        "[mlp] the activation's product takes x, w, pre and act of one dtype (f64, f32 or bf16) and a bias of theirs "
+        "(or f32 with bf16), got f32, f32, f32, f32 and bf16");
+  // the backward: dy (4, 8) @ w_proj (8, 16) -> dpre (4, 16)
+  const Tensor dy = random_tensor({4, 8}, DType::f32, 3), w_proj = random_tensor({8, 16}, DType::f32, 4);
+  Tensor dpre = Tensor::empty({4, 16}, DType::f32);
+  CHECK(message_of([&] { kernels::matmul_activation_backward(gelu, dy, w, pre, act, dpre); }) ==
+        "[mlp] dy (4, 8) @ w (16, 8) does not fit pre (4, 16), act (4, 16) and dpre (4, 16)");
+  CHECK(message_of([&] { kernels::matmul_activation_backward(gelu, dy, w_proj, pre, act, wide); }) ==
+        "[mlp] the activation's backward takes dy, w, pre, act and dpre of one dtype (f64, f32 or bf16), got f32, "
+        "f32, f32, f32 and f64");
+  kernels::matmul_activation_backward(gelu, dy, w_proj, pre, act, dpre);  // the shapes that fit
 }

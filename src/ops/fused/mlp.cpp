@@ -118,7 +118,7 @@ Var mlp(Var x, Var w_fc, Var w_proj, MlpActivation activation, Var b_fc, Var b_p
   Var pre_var = record_linear(g, std::move(pre), x, w_fc, b_fc, xc, Wfc);
   Tensor out = Tensor::empty(out_shape, compute, v.device());
   Tensor out_rows = out.reshape(Shape{rows[0], Wp.dim(0)});
-  linear_rows(act, Wpc, b_proj.defined() ? b_proj.value() : Tensor(), out_rows);
+  kernels::linear_rows(act, Wpc, b_proj.defined() ? b_proj.value() : Tensor(), out_rows);
   const double f = static_cast<double>(static_cast<int>(activation));
   Tensor w_copy = Wpc.dtype() != Wp.dtype() ? Wpc : Tensor();
   if (b_proj.defined()) return g.record(kOp, std::move(out), {pre_var, w_proj, b_proj}, backward, {act, w_copy}, f);
