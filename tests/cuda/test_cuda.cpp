@@ -674,14 +674,15 @@ TEST_CASE("[gpu] cross_entropy_rows: losses, count and softmax - onehot against 
 
 // A long row kept in shared memory between the kernel's two reads (Note [a loss row kept in shared
 // memory]) gives the bits of the row read twice from device memory: for each pair of logits' and
-// gradients' dtypes, and a bf16 row of 1028 (not whole 16-byte pieces: read twice either way).
+// gradients' dtypes the kernel takes (a bf16 dz for f32 logits, the logits' own dtype for either),
+// and rows of 1028 bf16 and 1030 f32 (not whole 16-byte pieces: read twice either way).
 TEST_CASE("[gpu] cross_entropy_rows: a row kept in shared memory, the bits of a row read twice") {
   struct Case {
     DType z, grad;
     int64_t v;
   };
   for (const Case& c : {Case{DType::bf16, DType::bf16, 50304}, Case{DType::bf16, DType::bf16, 1032},
-                        Case{DType::bf16, DType::bf16, 1028}, Case{DType::bf16, DType::f32, 2056},
+                        Case{DType::bf16, DType::bf16, 1028}, Case{DType::f32, DType::f32, 1030},
                         Case{DType::f32, DType::f32, 4096}, Case{DType::f32, DType::bf16, 28000},
                         Case{DType::f32, DType::bf16, 1036}}) {
     const int64_t n = 9;
