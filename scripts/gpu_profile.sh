@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gpu_profile: where the small GPT's step spends its GPU time, tapegrad's and PyTorch eager's, in one
 # device call. tapegrad: `ncu` times every kernel of a few steps (after warm-up; the clocks and the
-# caches left as a run has them), summed by kernel name
-# and divided by the steps (counted by clip_grad_norm's one sum_all_f64 kernel a step). PyTorch: torch.profiler over
+# caches left as a run has them), summed by kernel name over the whole steps of the window: the
+# launches after its first clip_grad_norm total (one sum_all_f64 kernel a step) up to its last, so a
+# step's forward is counted as often as its backward and its update. PyTorch: torch.profiler over
 # the same model (tests/gpt/parity.py --profile).
 #
 #   BUILD=DIR LOGS=DIR [PRECISION=bf16] [CONFIG=gpt2] scripts/gpu_profile.sh   (LD_LIBRARY_PATH as
@@ -29,13 +30,17 @@ python3 - "$logs/ncu.csv" <<'PY'
 import collections, csv, re, sys
 lines = open(sys.argv[1]).read().splitlines()
 start = next(i for i, l in enumerate(lines) if l.startswith('"ID"'))
+rows = [(re.sub(r"\(.*", "", r["Kernel Name"]), float(r["Metric Value"].replace(",", "")) / 1e6)
+        for r in csv.DictReader(lines[start:])]
+ends = [i for i, (name, _) in enumerate(rows) if "sum_all_f64_kernel" in name]
+if len(ends) < 2:
+    sys.exit(f"the window holds {len(ends)} clip_grad_norm totals: no whole step in it")
 agg = collections.defaultdict(lambda: [0, 0.0])
-for r in csv.DictReader(lines[start:]):
-    name = re.sub(r"\(.*", "", r["Kernel Name"])
+for name, ms in rows[ends[0] + 1 : ends[-1] + 1]:
     agg[name][0] += 1
-    agg[name][1] += float(r["Metric Value"].replace(",", "")) / 1e6
-steps = max(1, sum(c for n, (c, _) in agg.items() if "sum_all_f64_kernel" in n))
-print(f"tapegrad kernels: {sum(v for _, v in agg.values()) / steps:.2f} ms of GPU time per step over {steps} steps")
+    agg[name][1] += ms
+steps = len(ends) - 1
+print(f"tapegrad kernels: {sum(v for _, v in agg.values()) / steps:.2f} ms of GPU time per step over {steps} whole steps")
 for n, (c, v) in sorted(agg.items(), key=lambda x: -x[1][1])[:40]:
     print(f"  {v / steps:8.3f} ms/step {c / steps:6.1f}/step  {n[:110]}")
 PY
