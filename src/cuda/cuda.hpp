@@ -53,11 +53,12 @@ bool attention_wgmma();
 bool attention_wgmma_available(int device = 0);  // compute capability 9.0
 // Which of the wgmma attention's kernels run a tile's products while the arithmetic around them
 // runs (Note [overlapped wgmma forward]): a mask of kOverlapForward, kOverlapDq and kOverlapDkdv,
-// by default the forward and dQ (dK/dV's overlapped kernel holds 2 blocks a multiprocessor where
-// the other holds 3: a device's timing decides). TAPEGRAD_ATTENTION_OVERLAP=N (0 to 7) in the
+// by default dQ's alone: timed on an H100, the overlapped forward and dK/dV (which holds 2 blocks a
+// multiprocessor where the other holds 3) were slower than a product at a time, the overlapped dQ
+// faster on causal rows (docs/performance.md). TAPEGRAD_ATTENTION_OVERLAP=N (0 to 7) in the
 // environment sets the mask of a run. The same bits whichever kernels run.
 inline constexpr unsigned kOverlapForward = 1, kOverlapDq = 2, kOverlapDkdv = 4;
-inline constexpr unsigned kOverlapDefault = kOverlapForward | kOverlapDq;
+inline constexpr unsigned kOverlapDefault = kOverlapDq;
 void set_attention_overlap(unsigned kernels);
 unsigned attention_overlap();
 
