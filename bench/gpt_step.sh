@@ -80,7 +80,7 @@ torch_peer() {
     timeout 400 "$python" tests/gpt/parity.py "$w/trace_$name.safetensors" --device cuda --autocast bf16 --steps 1 \
       --bench-steps 20 $compile > "$logs/${name}_torch$compile.log" 2>&1
     line "$name, PyTorch ${compile:-eager} bf16" INFO \
-      "$(grep -E 'torch (eager|.compile) step|step 1 (loss|gradients)' "$logs/${name}_torch$compile.log" | cut -c1-110 | tr '\n' ' ')"
+      "$(grep -E 'torch( eager|\.compile) step|step 1 (loss|gradients)' "$logs/${name}_torch$compile.log" | cut -c1-110 | tr '\n' ' ')"
   done
 }
 torch_peer gpt2
