@@ -119,22 +119,27 @@ std::array<Tensor, 2> saved_copies(const Tensor& x, const Tensor& xc, const Tens
   return {xc.dtype() != x.dtype() ? xc : Tensor(), wc.dtype() != w.dtype() ? wc : Tensor()};
 }
 
-void linear_param_grads(const Tensor& dy, const Tensor& dyc, const Tensor& xc, const Tensor& W, const Tensor& b,
-                        bool want_w, bool want_b, Tensor& dW, Tensor& db) {
-  if (want_w && want_b && xc.dtype() == DType::bf16 && W.dtype() == DType::f32 && b.dtype() == DType::f32) {
-    dW = like(W), db = like(b);
+void accumulate_linear_param_grads(BackwardContext& ctx, const Tensor& dy, const Tensor& dyc, const Tensor& xc) {
+  const Tensor& W = ctx.input(1);
+  const bool want_w = ctx.needs_grad(1), want_b = ctx.node().inputs.size() == 3 && ctx.needs_grad(2);
+  if (want_w && want_b && xc.dtype() == DType::bf16 && W.dtype() == DType::f32 && ctx.input(2).dtype() == DType::f32) {
+    Tensor dW = like(W), db = like(ctx.input(2));
     kernels::matmul_weight_bias_grad(dyc, xc, dW, db);
+    ctx.accumulate(1, dW);
+    ctx.accumulate(2, db);
     return;
   }
   if (want_w) {
-    dW = like(W);
+    Tensor dW = like(W);
     kernels::matmul(dyc, true, xc, false, dW);
+    ctx.accumulate(1, dW);
   }
   if (want_b) {
+    const Tensor& b = ctx.input(2);
     const DType sums = b.dtype() == DType::bf16 ? DType::f32 : b.dtype();
     Tensor s = Tensor::empty(b.shape(), sums, dy.device());
     kernels::sum_rows(operand(dy, sums), s);
-    db = operand(s, b.dtype());
+    ctx.accumulate(2, operand(s, b.dtype()));
   }
 }
 

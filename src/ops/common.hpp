@@ -98,10 +98,11 @@ std::array<Tensor, 2> saved_copies(const Tensor& x, const Tensor& xc, const Tens
 // (N, in) rows and w in the products' dtype: the node, name, saved copies and backward that
 // ops::linear records.
 Var record_linear(Graph& g, Tensor out, Var x, Var w, Var b, const Tensor& xc, const Tensor& Wc);
-// The parameters' gradients of linear_rows from dy (N, out) and dyc, dy in the products' dtype:
-// dW = dyc^T xc in W's dtype (want_w), db = dy's column sums in b's dtype, summed in f32 for a bf16
-// b (want_b). bf16 products with an f32 W and b: both from one GEMM (Note [bias in the epilogue]).
-void linear_param_grads(const Tensor& dy, const Tensor& dyc, const Tensor& xc, const Tensor& W, const Tensor& b,
-                        bool want_w, bool want_b, Tensor& dW, Tensor& db);
+// The parameters' gradients of a node shaped as linear's (inputs x, W (out, in) and maybe b
+// (out,)), from dy (N, out), dyc (dy in the products' dtype) and xc (N, in), added to the node's
+// inputs 1 and 2 where they need them: dW = dyc^T xc in W's dtype, db = dy's column sums in b's
+// dtype, summed in f32 for a bf16 b. bf16 products with an f32 W and b: both from one GEMM (Note
+// [bias in the epilogue]).
+void accumulate_linear_param_grads(BackwardContext& ctx, const Tensor& dy, const Tensor& dyc, const Tensor& xc);
 
 }  // namespace tapegrad::ops::detail

@@ -198,12 +198,7 @@ Var detail::record_linear(Graph& g, Tensor out, Var x, Var w, Var b, const Tenso
       kernels::matmul(dyc, false, Wc, false, dx);
       ctx.accumulate(0, dx.reshape(ctx.input(0).shape()));
     }
-    const bool with_bias = ctx.node().inputs.size() == 3;
-    Tensor dW, db;
-    linear_param_grads(dy, dyc, xc, ctx.input(1), with_bias ? ctx.input(2) : Tensor(), ctx.needs_grad(1),
-                       with_bias && ctx.needs_grad(2), dW, db);
-    if (dW.defined()) ctx.accumulate(1, dW);
-    if (db.defined()) ctx.accumulate(2, db);
+    accumulate_linear_param_grads(ctx, dy, dyc, xc);
   };
   const Tensor x_rows = x.value().reshape(as_matrix_of_rows(x.shape()));
   if (b.defined()) return g.record("linear", std::move(out), {x, w, b}, backward, saved_copies(x_rows, xc, w.value(), Wc));

@@ -61,12 +61,7 @@ void backward(BackwardContext& ctx) {
     kernels::matmul_activation_backward(unary_of(f), dyc, Wc, pre, act, dpre);
     ctx.accumulate(0, dpre.reshape(ctx.input(0).shape()));
   }
-  const bool with_bias = ctx.node().inputs.size() == 3;
-  Tensor dW, db;
-  linear_param_grads(dy, dyc, act, ctx.input(1), with_bias ? ctx.input(2) : Tensor(), ctx.needs_grad(1),
-                     with_bias && ctx.needs_grad(2), dW, db);
-  if (dW.defined()) ctx.accumulate(1, dW);
-  if (db.defined()) ctx.accumulate(2, db);
+  accumulate_linear_param_grads(ctx, dy, dyc, act);
 }
 
 void need_bias(const Var& b, const char* what, int64_t extent, DType compute, const Tensor& x) {
