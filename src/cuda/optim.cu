@@ -1,6 +1,6 @@
 // CUDA optimizer updates, in place: SGD, SGD with momentum, the AdamW of docs/bob.md, "Learner"
-// (one launch for up to 16 parameters), and clip_grad_norm's sums of squares and scaling (two
-// launches and one for up to 48 tensors).
+// (one launch for up to 16 parameters), and clip_grad_norm's sums of squares and scaling (one
+// launch each for up to 48 tensors).
 //
 // Rule: per element, the CPU kernel's arithmetic in its order (src/kernels/cpu/elementwise.cpp),
 // rounded after every operation (--fmad=false), with the scalars the CPU derives computed the
@@ -92,17 +92,17 @@ constexpr int kClipGroup = 48;
 struct ClipGroup {
   void* x[kClipGroup];
   int64_t n[kClipGroup];
-  int64_t lanes[kClipGroup];  // the sum of squares' lanes, sum_squares_lanes(n[k]); unused by scale_many
+  int64_t first_out[kClipGroup];  // where tensor k's chunk sums go in out; unused by scale_many
   unsigned first_block[kClipGroup + 1];
   bool f64[kClipGroup];
   int count;
 
   // Appends a tensor given `blocks` blocks; true when the group is then full.
-  bool add(void* data, int64_t elements, bool is_f64, int64_t lane_count, unsigned blocks) {
+  bool add(void* data, int64_t elements, bool is_f64, int64_t out_at, unsigned blocks) {
     const int k = count++;
     x[k] = data;
     n[k] = elements;
-    lanes[k] = lane_count;
+    first_out[k] = out_at;
     f64[k] = is_f64;
     first_block[k + 1] = first_block[k] + blocks;
     return count == kClipGroup;
@@ -117,54 +117,38 @@ struct ClipGroup {
 };
 static_assert(sizeof(ClipGroup) + 64 <= 4096, "a group and the kernel's other parameters fit in 4 KiB");
 
-// Note [sum of squares order] (optim_ops.hpp), two launches for a group of tensors. Lanes kernel:
-// tensor k has lanes[k] / kSquaresBlock blocks (at least one); a thread is a lane, adding the
-// squares of x[lane], x[lane + lanes], ... in double; each block adds its lanes pairwise into
-// partials[block] (threads past `lanes` hold +0). Partials kernel: block k adds tensor k's
-// partials pairwise into out[k]. A tensor's bits do not depend on the group it is in.
-constexpr int kSquaresBlock = 256;
-constexpr int kSquaresPartials = 1024;  // sum_squares_lanes(n) / kSquaresBlock at most
+// Note [sum of squares order] (optim_ops.hpp), one launch for a group of tensors: a warp sums a
+// chunk, lane l adding the squares of the chunk's elements l, l + 32, ... in double, then the
+// pairwise tree over the lanes through shuffles (at stride s, lane l with l % 2s == 0 adds lane
+// l + s's sum to its own: the CPU's tree); kChunkWarps chunks a block.
+constexpr int kChunkWarps = 8;
+static_assert(kernels::kSquaresLanes == 32, "a chunk's lanes are a warp");
 
-// The pairwise tree over tree[0 .. blockDim.x) (a power of two), left operand first: tree[0] holds the sum.
-__device__ inline void pairwise_tree(double* tree) {
-  for (unsigned stride = 1; stride < blockDim.x; stride *= 2) {
-    __syncthreads();
-    if (threadIdx.x % (2 * stride) == 0) tree[threadIdx.x] = tree[threadIdx.x] + tree[threadIdx.x + stride];
-  }
-  __syncthreads();
-}
-
-// One lane's sum: the squares of x[lane], x[lane + lanes], ... (n,) in double; +0 past `lanes`.
 template <class T>
-__device__ double lane_sum_of_squares(const T* x, int64_t n, int64_t lanes, int64_t lane) {
+__device__ double chunk_sum_of_squares(const T* x, int64_t n, unsigned lane) {
   double acc = 0.0;
-  if (lane < lanes)
-    for (int64_t i = lane; i < n; i += lanes) {
-      const double v = static_cast<double>(x[i]);
-      acc = acc + v * v;
-    }
+  for (int64_t i = lane; i < n; i += 32) {
+    const double v = static_cast<double>(x[i]);
+    acc = acc + v * v;
+  }
+  for (unsigned stride = 1; stride < 32; stride *= 2) {
+    const double other = __shfl_down_sync(0xffffffffu, acc, stride);
+    if (lane % (2 * stride) == 0) acc = acc + other;
+  }
   return acc;
 }
 
-// partials (the group's blocks,): each block's pairwise sum of its kSquaresBlock lanes
-__global__ void sum_squares_lanes_kernel(ClipGroup group, double* partials) {
-  __shared__ double tree[kSquaresBlock];
+// out[first_out[k] + c] = the sum of squares of chunk c of tensor k
+__global__ void sum_squares_chunks_kernel(ClipGroup group, double* out) {
   const int k = group.member(blockIdx.x);
-  const int64_t lane = (blockIdx.x - group.first_block[k]) * int64_t{kSquaresBlock} + threadIdx.x;
-  const int64_t n = group.n[k], lanes = group.lanes[k];
-  tree[threadIdx.x] = group.f64[k] ? lane_sum_of_squares(static_cast<const double*>(group.x[k]), n, lanes, lane)
-                                   : lane_sum_of_squares(static_cast<const float*>(group.x[k]), n, lanes, lane);
-  pairwise_tree(tree);
-  if (threadIdx.x == 0) partials[blockIdx.x] = tree[0];
-}
-
-// out (count,)[k] = the pairwise tree over tensor k's partials, padded with +0 to kSquaresPartials.
-__global__ void sum_squares_partials_kernel(ClipGroup group, const double* partials, double* out) {
-  __shared__ double tree[kSquaresPartials];
-  const unsigned begin = group.first_block[blockIdx.x], count = group.first_block[blockIdx.x + 1] - begin;
-  tree[threadIdx.x] = threadIdx.x < count ? partials[begin + threadIdx.x] : 0.0;
-  pairwise_tree(tree);
-  if (threadIdx.x == 0) out[blockIdx.x] = tree[0];
+  const unsigned lane = threadIdx.x % 32;
+  const int64_t chunk = (blockIdx.x - group.first_block[k]) * int64_t{kChunkWarps} + threadIdx.x / 32;
+  const int64_t begin = chunk * kernels::kSquaresChunk, n = group.n[k];
+  if (begin >= n) return;  // the whole warp: its chunk is past the tensor
+  const int64_t m = n - begin < kernels::kSquaresChunk ? n - begin : kernels::kSquaresChunk;
+  const double sum = group.f64[k] ? chunk_sum_of_squares(static_cast<const double*>(group.x[k]) + begin, m, lane)
+                                  : chunk_sum_of_squares(static_cast<const float*>(group.x[k]) + begin, m, lane);
+  if (lane == 0) out[group.first_out[k] + chunk] = sum;
 }
 
 // x (n,) = x * s for every tensor of the group, s rounded to its dtype (scale_kernel's product)
@@ -247,42 +231,25 @@ bool is_f64(const char* op, DType t) {
   return f64;
 }
 
-// out (xs.size(),) = the sums of squares of xs, all on out's device: two launches a group.
-void sum_squares_into(const char* op, const std::vector<const Tensor*>& xs, const Tensor& out_device, double* out) {
-  std::vector<int64_t> lanes(xs.size());
-  int64_t total = 0;  // the partials of every tensor: at most kSquaresPartials each
-  for (size_t i = 0; i < xs.size(); ++i) {
-    lanes[i] = kernels::sum_squares_lanes(xs[i]->numel());
-    total += std::max<int64_t>(1, lanes[i] / kSquaresBlock);
-  }
-  Tensor partials = Tensor::empty(Shape{total}, DType::f64, out_device.device());
-  double* p = mdata<double>(partials);
-  const cudaStream_t stream = stream_for(out_device);
-  ClipGroup group{};
-  auto launch = [&] {
-    sum_squares_lanes_kernel<<<group.blocks(), kSquaresBlock, 0, stream>>>(group, p);
-    TG_CUDA_CHECK_LAUNCH();
-    sum_squares_partials_kernel<<<group.count, kSquaresPartials, 0, stream>>>(group, p, out);
-    TG_CUDA_CHECK_LAUNCH();
-    p += group.blocks();
-    out += group.count;
-    group = ClipGroup{};
-  };
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const unsigned blocks = static_cast<unsigned>(std::max<int64_t>(1, lanes[i] / kSquaresBlock));
-    if (group.add(xs[i]->raw_data(), xs[i]->numel(), is_f64(op, xs[i]->dtype()), lanes[i], blocks)) launch();
-  }
-  if (group.count > 0) launch();
-}
-
 }  // namespace
 
-void sum_squares(const Tensor& x, Tensor& out, int64_t slot) {
-  sum_squares_into("sum_squares", {&x}, out, mdata<double>(out) + slot);
-}
-
-void sum_squares_many(const std::vector<const Tensor*>& xs, Tensor& out) {
-  sum_squares_into("sum_squares_many", xs, out, mdata<double>(out));
+void sum_squares_chunks(const std::vector<const Tensor*>& xs, Tensor& out) {
+  const cudaStream_t stream = stream_for(out);
+  ClipGroup group{};
+  auto launch = [&] {
+    sum_squares_chunks_kernel<<<group.blocks(), 32 * kChunkWarps, 0, stream>>>(group, mdata<double>(out));
+    TG_CUDA_CHECK_LAUNCH();
+    group = ClipGroup{};
+  };
+  int64_t at = 0;
+  for (const Tensor* x : xs) {
+    const int64_t n = x->numel(), chunks = kernels::sum_squares_chunk_count(n);
+    if (n == 0) continue;
+    const auto blocks = static_cast<unsigned>((chunks + kChunkWarps - 1) / kChunkWarps);
+    if (group.add(x->raw_data(), n, is_f64("sum_squares_chunks", x->dtype()), at, blocks)) launch();
+    at += chunks;
+  }
+  if (group.count > 0) launch();
 }
 
 namespace {

@@ -25,6 +25,7 @@
 // it, renumbered. Nothing in the backward reads a scope.
 #include "tapegrad/graph/graph.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -131,6 +132,16 @@ Tensor Var::grad_entries_for_write() const {
   if (entries.defined() && !entries.unique()) entries = entries.clone();
   entries.mark_modified();
   return entries;
+}
+void Var::set_grad(Tensor g) const {
+  const Value& v = graph().checked(*this);
+  if (g.defined() && (!(g.shape() == v.data.shape()) || g.dtype() != v.data.dtype() || !(g.device() == v.data.device())))
+    throw Error("[set_grad] a gradient of shape " + g.shape().str() + " " + dtype_name(g.dtype()) + " on " +
+                g.device().str() + " for '" + v.label + "', which is " + v.data.shape().str() + " " +
+                dtype_name(v.data.dtype()) + " on " + v.data.device().str());
+  Value& target = g_->mutable_value(id_);
+  target.grad = std::move(g);
+  target.sparse_grad = RowSparse();
 }
 bool Var::requires_grad() const { return graph().checked(*this).requires_grad; }
 const std::string& Var::label() const { return graph().checked(*this).label; }
@@ -312,7 +323,21 @@ void Graph::backward(Var loss, const BackwardOptions& options) {
   kernels::fill(seed, 1.0);
   mutable_value(loss.id_).grad = seed;
 
-  for (size_t i = nodes_.size(); i-- > 0;) {
+  // on_gradient_final: (lowest node reading it, parameter id), the highest node first; -1 for none
+  std::vector<std::pair<int64_t, int32_t>> finals;
+  if (options.on_gradient_final) {
+    std::vector<int64_t> lowest(params_.size(), -1);
+    for (size_t i = nodes_.size(); i-- > 0;)
+      for (int k = 0; k < nodes_[i].inputs.size(); ++k)
+        if (nodes_[i].inputs[k] < 0) lowest[static_cast<size_t>(-nodes_[i].inputs[k] - 1)] = static_cast<int64_t>(i);
+    for (size_t p = 0; p < params_.size(); ++p) finals.emplace_back(lowest[p], -static_cast<int32_t>(p) - 1);
+    std::sort(finals.begin(), finals.end(), std::greater<>());
+  }
+  size_t fired = 0;
+  auto fire_down_to = [&](int64_t node) {  // every parameter whose lowest reader is at or above node
+    for (; fired < finals.size() && finals[fired].first >= node; ++fired) options.on_gradient_final(var(finals[fired].second));
+  };
+  for (size_t i = nodes_.size(); i-- > 0; fire_down_to(static_cast<int64_t>(i))) {
     const Node& n = nodes_[i];
     const Value& out = values_[static_cast<size_t>(n.output)];
     if (!out.grad.defined() && !out.sparse_grad.defined()) continue;  // not on the loss's path
@@ -326,6 +351,7 @@ void Graph::backward(Var loss, const BackwardOptions& options) {
       done.sparse_grad = RowSparse();
     }
   }
+  fire_down_to(-1);
 
   if (!options.retain_graph) {
     for (Node& n : nodes_) n.saved = {};

@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -72,6 +73,10 @@ class Var {
   // the old values). The call counts as a write (the storage's version moves, as mutable_data's
   // does). Undefined when no gradient reached the value. Write it through the kernel facades.
   Tensor grad_entries_for_write() const;
+  // p.grad = g: g dense, of the value's shape, dtype and device, held as it is (not copied); an
+  // undefined g drops the gradient. For code that combines gradients outside a backward (dist's
+  // data parallel sums micro-batches and ranks, then hands each parameter its share).
+  void set_grad(Tensor g) const;
   const Shape& shape() const { return value().shape(); }
   DType dtype() const { return value().dtype(); }
   Device device() const { return value().device(); }
@@ -167,6 +172,12 @@ struct BackwardOptions {
   // every gradient at once; Var::grad() of an activation is then undefined after backward().
   // Parameters keep theirs. Ignored while recording (the record reads every value's gradient).
   bool free_activation_grads = false;
+  // Called once for every parameter, during the pass, as soon as its gradient is final: when the
+  // lowest node reading it has run (or been skipped), so that nothing after can add to it; a
+  // parameter no node reads is called at the end. The gradient may be undefined (none reached it);
+  // the callback may take it (Var::grad, Var::set_grad). For overlapping work with the rest of the
+  // backward (dist's gradient buckets); the engine does nothing else with it.
+  std::function<void(const Var&)> on_gradient_final = nullptr;
 };
 
 class Graph {

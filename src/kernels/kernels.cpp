@@ -407,13 +407,6 @@ void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& buf, const SGD
                 dtype_name(param.dtype()));
   TG_DISPATCH("sgd", sgd_momentum_step(param, grad, buf, s), &param, &grad, &buf);
 }
-void sum_squares(const Tensor& x, Tensor& out, int64_t slot) {
-  if (out.dtype() != DType::f64 || out.ndim() != 1 || slot < 0 || slot >= out.numel())
-    throw Error("[sum_squares] slot " + std::to_string(slot) + " of " + out.shape().str() + " " +
-                dtype_name(out.dtype()) + ": the sums go into a 1-D f64 tensor with that slot");
-  TG_DISPATCH("sum_squares", sum_squares(x, out, slot), &x, &out);
-}
-
 // ---- multi-tensor gradient transforms
 namespace {
 
@@ -434,15 +427,32 @@ void check_float_tensors(const char* op, const std::vector<P>& xs, const Tensor*
 
 }  // namespace
 
-void sum_squares_many(const std::vector<const Tensor*>& xs, Tensor& out) {
-  const std::string k = std::to_string(xs.size());
-  if (!out.defined() || out.dtype() != DType::f64 || out.ndim() != 1 || out.numel() != static_cast<int64_t>(xs.size())) {
+void sum_squares_chunks(const std::vector<const Tensor*>& xs, Tensor& out) {
+  check_float_tensors("sum_squares_chunks", xs, &out);
+  int64_t chunks = 0;
+  for (const Tensor* x : xs) chunks += sum_squares_chunk_count(x->numel());
+  if (!out.defined() || out.dtype() != DType::f64 || out.ndim() != 1 || out.numel() != chunks) {
     const std::string got = out.defined() ? out.shape().str() + " " + dtype_name(out.dtype()) : "undefined";
-    throw Error("[sum_squares_many] out is " + got + ": the sums of " + k + " tensors go into a (" + k + ",) f64 tensor");
+    throw Error("[sum_squares_chunks] out is " + got + ": the " + std::to_string(xs.size()) + " tensors' chunks of " +
+                std::to_string(kSquaresChunk) + " go into a (" + std::to_string(chunks) + ",) f64 tensor");
   }
-  check_float_tensors("sum_squares_many", xs, &out);
-  if (xs.empty()) return;
-  TG_DISPATCH("sum_squares_many", sum_squares_many(xs, out), &out);
+  if (chunks == 0) return;
+  TG_DISPATCH("sum_squares_chunks", sum_squares_chunks(xs, out), &out);
+}
+
+void sum_squares(const Tensor& x, Tensor& out, int64_t slot) {
+  if (!out.defined() || out.dtype() != DType::f64 || out.ndim() != 1 || slot < 0 || slot >= out.numel())
+    throw Error("[sum_squares] slot " + std::to_string(slot) + " of " +
+                (out.defined() ? out.shape().str() + " " + dtype_name(out.dtype()) : std::string("undefined")) +
+                ": the sums go into a 1-D f64 tensor with that slot");
+  check_float_tensors("sum_squares", std::vector<const Tensor*>{&x}, &out);
+  Tensor total = out.flat_view(slot, Shape{});
+  const int64_t chunks = sum_squares_chunk_count(x.numel());
+  if (chunks == 0) return total.zero_();
+  Tensor sums = Tensor::empty(Shape{chunks}, DType::f64, x.device());
+  sum_squares_chunks({&x}, sums);
+  sum_all(sums, total);
+  out.mark_modified();
 }
 
 namespace {

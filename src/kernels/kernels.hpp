@@ -227,9 +227,9 @@ void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s)
 // without momentum), which is set to the decayed gradient when first_step is (PyTorch's buffer
 // made at its first step).
 void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& buf, const SGDScalars& s);
-// out (k,) f64, out[slot] = the sum of the squares of x's elements (x f32 or f64, any shape), in
-// the order of Note [sum of squares order] (optim_ops.hpp): the same bits on every device and
-// thread count. Read on the device: clip_grad_norm reads back one scalar for all its gradients.
+// out (k,) f64, out[slot] = the sum of the squares of x's elements (x f32 or f64, any shape): the
+// correctly rounded sum of its chunks' sums (sum_squares_chunks, then sum_all), so the same bits
+// on every device and thread count.
 void sum_squares(const Tensor& x, Tensor& out, int64_t slot);
 
 // ---- convolution and pooling over images x (N, C, H, W) (src/ops/conv.cpp)
@@ -332,8 +332,11 @@ void dropout(const Tensor& x, double p, uint64_t seed, uint64_t offset, Tensor& 
 // device, each f32 or f64 (the dtypes may be mixed). On CUDA a launch serves a group of up to 48
 // tensors ("multi-tensor apply") rather than one; on the CPU the single-tensor kernel runs on each
 // in turn.
-// out (k,) f64, out[i] = the sum of squares of xs[i]: the bits of sum_squares(*xs[i], out, i).
-void sum_squares_many(const std::vector<const Tensor*>& xs, Tensor& out);
+// out (C,) f64: the sums of squares of every chunk of xs, in order (Note [sum of squares order] in
+// optim_ops.hpp): xs[0]'s sum_squares_chunk_count(n0) chunks, then xs[1]'s, ...; sum_all(out) is
+// the sum of squares of all of them, with the same bits however the elements are cut into tensors
+// at chunk boundaries.
+void sum_squares_chunks(const std::vector<const Tensor*>& xs, Tensor& out);
 // x = x * s in place for every x of xs (no two sharing their bytes): the bits of scale(x, s, x).
 void scale_many(const std::vector<Tensor*>& xs, double s);
 // The same with s read on the device from factor, a () f64 tensor there: no read-back, so it can

@@ -47,19 +47,20 @@ struct SGDElement {
 };
 
 // Note [sum of squares order]
-// clip_grad_norm's sum of squares is computed in one fixed order on every device and thread
-// count, so a norm (and the clipping it decides) has the same bits on the CPU and on CUDA. The n
-// elements are dealt to L lanes (L = sum_squares_lanes(n), a power of two): lane l adds, in
-// double and in increasing i, the squares of elements l, l + L, l + 2L, ...; then a pairwise tree
-// adds neighbouring lanes, (s0 + s1) + (s2 + s3) and so on up, left operand first. A square is
-// computed in double: exact for an f32 element, rounded once for an f64 one. The lanes are what a
-// GPU needs to read in parallel and what a CPU thread can walk a cache-sized slice of; padding the
-// tree with +0 lanes (what a CUDA block does past L) changes nothing, since every lane's sum is
-// +0, positive, inf or NaN.
-inline int64_t sum_squares_lanes(int64_t n) {
-  constexpr int64_t kMaxLanes = int64_t{1} << 18;
-  const int64_t wanted = std::max<int64_t>(1, (n + 31) / 32);  // about 32 elements per lane
-  return std::min(kMaxLanes, static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(wanted))));
-}
+// clip_grad_norm's sum of squares has one definition on every device, thread count and way of
+// cutting the gradients into pieces. Each tensor is cut into chunks of kSquaresChunk elements
+// (the last may be short). A chunk's sum: kSquaresLanes lanes, lane l adding in double and in
+// increasing i the squares of the chunk's elements l, l + 32, l + 64, ..., then a pairwise tree
+// over the lanes, (s0 + s1) + (s2 + s3) and so on up, left operand first. The total is the
+// correctly rounded sum of every chunk's sum (kernels::sum_all in f64). A square is computed in
+// double: exact for an f32 element, rounded once for an f64 one.
+// A correctly rounded sum depends neither on the order of its terms nor on +0 terms, so the total
+// is the same whether the chunk sums come from one tensor at a time, from a flat buffer that holds
+// the tensors at chunk-aligned offsets with zeros between them (dist's data parallel), or from the
+// pieces of such a buffer held by several ranks (ZeRO-1): the norm, and the clipping it decides,
+// have the same bits for every number of ranks. The lanes are what a GPU warp reads at once and
+// what a CPU's vector registers hold.
+inline constexpr int64_t kSquaresChunk = 4096, kSquaresLanes = 32;
+inline constexpr int64_t sum_squares_chunk_count(int64_t n) { return (n + kSquaresChunk - 1) / kSquaresChunk; }
 
 }  // namespace tapegrad::kernels

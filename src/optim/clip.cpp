@@ -52,18 +52,26 @@ std::vector<std::vector<P>> by_device(const std::vector<P>& tensors) {
   return groups;
 }
 
+// The chunks' sums of squares of tensors all on one device (Note [sum of squares order] in
+// kernels/optim_ops.hpp), a (C,) f64 tensor there; their correctly rounded sum is the total.
+Tensor chunk_sums(const std::vector<const Tensor*>& entries, const Device& device) {
+  int64_t chunks = 0;
+  for (const Tensor* e : entries) chunks += kernels::sum_squares_chunk_count(e->numel());
+  Tensor sums = Tensor::zeros(Shape{std::max<int64_t>(chunks, 1)}, DType::f64, device);  // a +0 for no elements
+  if (chunks > 0) kernels::sum_squares_chunks(entries, sums);
+  return sums;
+}
+
 double total_norm(const std::vector<Var>& params) {
-  // Per device: the sums of squares into one (k,) f64 tensor there (one multi-tensor call), their
-  // exact sum (kernels::sum_all is correctly rounded in f64), one scalar read back.
+  // Per device: the chunks' sums there (one multi-tensor call) and their correctly rounded sum
+  // (kernels::sum_all), read back; the devices' totals added in double.
   std::vector<const Tensor*> entries;
   for (const Var& p : params) entries.push_back(&entries_of(p));
   double sum = 0.0;
   for (const std::vector<const Tensor*>& on_device : by_device(entries)) {
     const Device device = on_device.front()->device();
-    Tensor sums = Tensor::empty(Shape{static_cast<int64_t>(on_device.size())}, DType::f64, device);
-    kernels::sum_squares_many(on_device, sums);
     Tensor total = Tensor::empty(Shape{}, DType::f64, device);
-    kernels::sum_all(sums, total);
+    kernels::sum_all(chunk_sums(on_device, device), total);
     sum += total.item();
   }
   return std::sqrt(sum);
@@ -112,11 +120,9 @@ Device one_device(const char* op, const std::vector<const Tensor*>& entries) {
 
 // norm and factor (clip_factor) of the gradients' entries, all on one device, on that device.
 ClipFactor factor_of(const std::vector<const Tensor*>& entries, const Device& device, double max_norm) {
-  Tensor sums = Tensor::empty(Shape{static_cast<int64_t>(entries.size())}, DType::f64, device);
-  kernels::sum_squares_many(entries, sums);
   Tensor sumsq = Tensor::empty(Shape{}, DType::f64, device);
   ClipFactor out{Tensor::empty(Shape{}, DType::f64, device), Tensor::empty(Shape{}, DType::f64, device)};
-  kernels::sum_all(sums, sumsq);
+  kernels::sum_all(chunk_sums(entries, device), sumsq);
   kernels::clip_factor(sumsq, max_norm, out.norm, out.factor);
   return out;
 }

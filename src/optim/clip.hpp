@@ -14,9 +14,11 @@
 
 namespace tapegrad::optim {
 
-// The 2-norm of all the gradients together, sqrt(sum over every element of g^2): each gradient's
-// sum of squares on its device in double (kernels::sum_squares_many, the same bits on every
-// device), their exact sum there, and one scalar read back per device (a synchronization).
+// The 2-norm of all the gradients together, sqrt(sum over every element of g^2): the sums of
+// squares of every gradient's chunks of 4096 elements on its device, in double, and their
+// correctly rounded sum there (Note [sum of squares order] in kernels/optim_ops.hpp: the same bits
+// on every device, and however the gradients are cut into pieces at chunk boundaries, which
+// dist's ZeRO-1 relies on), one scalar read back per device (a synchronization).
 double grad_norm(const std::vector<Var>& params);
 
 // PyTorch's clip_grad_norm_ (norm_type 2, error_if_nonfinite false): with total = grad_norm(params),

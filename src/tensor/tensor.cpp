@@ -197,8 +197,25 @@ Storage* Storage::create(size_t nbytes, Device dev) {
   return s;
 }
 
+Storage* Storage::create_view(Storage* base, size_t byte_offset, size_t nbytes) {
+  if (base->owner_) {
+    byte_offset += static_cast<size_t>(static_cast<char*>(base->data) - static_cast<char*>(base->owner_->data));
+    base = base->owner_;
+  }
+  size_t block = 0;
+  Storage* s = new (host_block(kHeader, &block)) Storage();
+  s->data = static_cast<char*>(base->data) + byte_offset;
+  s->nbytes = nbytes;
+  s->device = base->device;
+  s->block_bytes_ = block;
+  s->owner_ = base;
+  base->retain();
+  return s;
+}
+
 void Storage::destroy() noexcept {
-  if (!device.is_cpu()) backend_for(device.type).deallocate(data, nbytes, device.index);
+  if (owner_) owner_->release();
+  else if (!device.is_cpu()) backend_for(device.type).deallocate(data, nbytes, device.index);
   size_t block = block_bytes_;
   this->~Storage();
   free_host_block(this, block);
@@ -285,6 +302,21 @@ Tensor Tensor::reshape(const Shape& shape) const {
                 shape.str() + " (" + std::to_string(shape.numel()) + " elements)");
   Tensor t = *this;
   t.shape_ = shape;
+  return t;
+}
+
+Tensor Tensor::flat_view(int64_t offset, const Shape& shape) const {
+  if (!storage_) throw Error("[flat_view] of an undefined tensor");
+  if (offset < 0 || offset > numel() || shape.numel() > numel() - offset)
+    throw Error("[flat_view] elements " + std::to_string(offset) + " to " + std::to_string(offset + shape.numel()) +
+                " (shape " + shape.str() + ") are not inside a tensor of " + std::to_string(numel()) +
+                " elements (shape " + shape_.str() + ")");
+  Tensor t;
+  const size_t size = dtype_size(dtype_);
+  t.storage_ = Storage::create_view(storage_, static_cast<size_t>(offset) * size,
+                                    static_cast<size_t>(shape.numel()) * size);
+  t.shape_ = shape;
+  t.dtype_ = dtype_;
   return t;
 }
 

@@ -24,14 +24,21 @@ namespace tapegrad {
 class Storage {
  public:
   static Storage* create(size_t nbytes, Device device);
+  // A view: nbytes of `base`'s bytes from byte_offset, sharing them and their version count (a
+  // write through either is a write to both); it keeps the owner alive. A view of a view is a view
+  // of its owner.
+  static Storage* create_view(Storage* base, size_t byte_offset, size_t nbytes);
   void retain() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
   void release() noexcept {
     if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy();
   }
   uint32_t use_count() const noexcept { return refs_.load(std::memory_order_acquire); }
   // In-place writes so far (Note [saved versions] in src/graph/graph.cpp).
-  uint32_t version() const noexcept { return version_.load(std::memory_order_relaxed); }
-  void bump_version() noexcept { version_.fetch_add(1, std::memory_order_relaxed); }
+  uint32_t version() const noexcept { return (owner_ ? owner_ : this)->version_.load(std::memory_order_relaxed); }
+  void bump_version() noexcept { (owner_ ? owner_ : this)->version_.fetch_add(1, std::memory_order_relaxed); }
+  // No other handle reaches these bytes: this storage has one handle and, for a view, its owner
+  // is held by this view alone.
+  bool sole() const noexcept { return use_count() == 1 && (!owner_ || owner_->use_count() == 1); }
 
   void* data = nullptr;
   size_t nbytes = 0;
@@ -43,6 +50,7 @@ class Storage {
   std::atomic<uint32_t> refs_{1};
   std::atomic<uint32_t> version_{0};
   size_t block_bytes_ = 0;  // the host block holding this header (and, on the host, the data)
+  Storage* owner_ = nullptr;  // a view's owner, whose bytes it shares (retained)
 };
 
 class Tensor {
@@ -102,7 +110,7 @@ class Tensor {
   // move it, so the engine can tell that a value it saved was changed since (graph.hpp).
   uint32_t version() const { return storage_ ? storage_->version() : 0; }
   void mark_modified() { if (storage_) storage_->bump_version(); }  // after writing through raw_data()
-  bool unique() const { return storage_ && storage_->use_count() == 1; }  // no other handle shares the bytes
+  bool unique() const { return storage_ && storage_->sole(); }  // no other handle shares the bytes
   template <class T> T* data() const {
     if (dtype_of<T>() != dtype_) throw Error(std::string("[tensor] data<") + dtype_name(dtype_of<T>()) +
                                              ">() on a " + dtype_name(dtype_) + " tensor");
@@ -119,6 +127,10 @@ class Tensor {
   Tensor to(Device device) const;            // a copy on `device` (the same handle if already there)
   Tensor clone() const;                      // a copy of the bytes, same device
   Tensor reshape(const Shape& shape) const;  // shares storage; numel must match
+  // Elements [offset, offset + shape.numel()) of this tensor, in its dtype, as a tensor of `shape`
+  // that shares these bytes and their version count (PyTorch's view of a contiguous range):
+  // flat_view(k * n, {n}) is row k of a (m, n) tensor. Refuses a range outside the tensor.
+  Tensor flat_view(int64_t offset, const Shape& shape) const;
   void copy_from(const Tensor& src);         // bytes from src (same shape and dtype, any device)
   void zero_();
 

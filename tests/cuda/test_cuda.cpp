@@ -1487,9 +1487,9 @@ TEST_CASE("[gpu] SGD with momentum and the sum of squares give the CPU's bits") 
       check_bits(args[0], back[0], what + ": p");
       check_bits(args[2], back[2], what + ": buf");
     }
-  // Note [sum of squares order]: lanes and their tree across blocks, at the sizes where they change
+  // Note [sum of squares order]: chunks of 4096 by a warp's lanes, at the sizes where they change
   for (DType t : kFloats)
-    for (int64_t n : {0, 1, 255, 256, 8191, 8193, 70001, 3000001, 9000001}) {
+    for (int64_t n : {0, 1, 31, 33, 4096, 4097, 8193, 70001, 3000001, 9000001}) {
       std::vector<Tensor> args{random(Shape{n}, t, -30.0, 30.0), poisoned(Shape{3}, DType::f64)};
       auto back = run_both(args, [](std::vector<Tensor>& a) { kernels::sum_squares(a[0], a[1], 1); });
       check_bits(args[1], back[1], std::string(name(t)) + " sum_squares of " + std::to_string(n));
@@ -1497,24 +1497,24 @@ TEST_CASE("[gpu] SGD with momentum and the sum of squares give the CPU's bits") 
 }
 
 // clip_grad_norm's multi-tensor kernels: 100 tensors of mixed dtypes and assorted sizes (more than
-// two CUDA groups of 48; empty ones, and sizes where the lanes' blocks change), each with the CPU's
-// single-tensor bits.
-TEST_CASE("[gpu] sum_squares_many and scale_many give the CPU's bits over several groups") {
-  const int64_t sizes[] = {0, 1, 7, 255, 256, 1000, 8193, 70001, (int64_t{1} << 17) + 3, 3};
+// two CUDA groups of 48; empty ones, and sizes where a chunk's warp or a block's chunks change),
+// the CPU's bits chunk by chunk.
+TEST_CASE("[gpu] sum_squares_chunks and scale_many give the CPU's bits over several groups") {
+  const int64_t sizes[] = {0, 1, 7, 255, 4097, 1000, 8193, 70001, (int64_t{1} << 17) + 3, 3};
   std::vector<Tensor> args;
-  for (int64_t i = 0; i < 100; ++i)
+  int64_t chunks = 0;
+  for (int64_t i = 0; i < 100; ++i) {
     args.push_back(random(Shape{sizes[i % 10]}, i % 3 == 0 ? DType::f64 : DType::f32, -30.0, 30.0));
+    chunks += kernels::sum_squares_chunk_count(sizes[i % 10]);
+  }
   const size_t k = args.size();
-  args.push_back(poisoned(Shape{static_cast<int64_t>(k)}, DType::f64));
+  args.push_back(poisoned(Shape{chunks}, DType::f64));
   auto back = run_both(args, [k](std::vector<Tensor>& a) {
     std::vector<const Tensor*> xs;
     for (size_t i = 0; i < k; ++i) xs.push_back(&a[i]);
-    kernels::sum_squares_many(xs, a[k]);
+    kernels::sum_squares_chunks(xs, a[k]);
   });
-  check_bits(args[k], back[k], "sum_squares_many of 100 tensors");
-  Tensor one_by_one = poisoned(Shape{static_cast<int64_t>(k)}, DType::f64);
-  for (size_t i = 0; i < k; ++i) kernels::sum_squares(args[i], one_by_one, static_cast<int64_t>(i));
-  check_bits(one_by_one, args[k], "the CPU's sum_squares_many against its sum_squares");
+  check_bits(args[k], back[k], "sum_squares_chunks of 100 tensors");
 
   args.pop_back();
   for (const double s : {0.1, -3.0}) {

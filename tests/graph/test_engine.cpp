@@ -7,6 +7,7 @@
 #include <span>
 #include <tuple>
 
+#include "messages.hpp"
 #include "tapegrad/graph/gradcheck.hpp"
 #include "tapegrad/graph/graph.hpp"
 #include "tapegrad/tape/tape_dump.hpp"
@@ -432,4 +433,39 @@ TEST_CASE("name scopes: values remember the innermost open scope; clear() keeps 
     CHECK(g.value(e.id()).scope == 3);
   }
   CHECK(ops::exp(q).scope() == "step");
+}
+
+TEST_CASE("on_gradient_final calls each parameter once its lowest reader has run, with its whole gradient") {
+  // w is read by the first op and the last (as a tied embedding is), b by the middle one alone, u
+  // by nothing: b is final first, then w (after the first op), then u at the end.
+  Graph g;
+  Var w = g.parameter(f64({1.0, 2.0}, Shape{2}), "w");
+  Var b = g.parameter(f64({0.5, -0.5}, Shape{2}), "b");
+  Var u = g.parameter(f64({3.0}, Shape{1}), "u");
+  Var h = ops::mul(w, w);              // node 0 reads w
+  Var k = ops::add(h, b);              // node 1 reads b
+  Var loss = ops::sum(ops::mul(k, w));  // node 2 reads w; d/dw = 3w^2 + b, d/db = w
+  std::vector<std::string> order;
+  std::vector<std::vector<double>> seen;
+  g.backward(loss, {.on_gradient_final = [&](const Var& p) {
+                      order.push_back(p.label());
+                      seen.push_back(p.grad().defined() ? p.grad().to_doubles() : std::vector<double>{});
+                    }});
+  CHECK(order == std::vector<std::string>{"b", "w", "u"});
+  CHECK(seen[0] == std::vector<double>{1.0, 2.0});
+  CHECK(seen[1] == std::vector<double>{3.5, 11.5});  // both contributions in: final
+  CHECK(seen[2].empty());                               // u got none
+}
+
+TEST_CASE("set_grad gives a parameter a gradient to read and step with, or drops it; a wrong one is refused") {
+  Graph g;
+  Var w = g.parameter(f64({1.0, 2.0}, Shape{2}), "w");
+  w.set_grad(f64({0.25, -1.0}, Shape{2}));
+  CHECK(grad_of(w) == std::vector<double>{0.25, -1.0});
+  w.set_grad(Tensor());
+  CHECK_FALSE(w.grad().defined());
+  CHECK(testing::message_of([&] { w.set_grad(Tensor::zeros(Shape{3}, DType::f64)); }) ==
+        "[set_grad] a gradient of shape (3,) f64 on cpu for 'w', which is (2,) f64 on cpu");
+  CHECK(testing::message_of([&] { w.set_grad(Tensor::zeros(Shape{2}, DType::f32)); }) ==
+        "[set_grad] a gradient of shape (2,) f32 on cpu for 'w', which is (2,) f64 on cpu");
 }

@@ -301,40 +301,75 @@ TEST_CASE("a non-finite norm makes the clipped gradients NaN, as PyTorch's does"
   CHECK(std::isnan(w.grad().to_doubles()[1]));
 }
 
+// Note [sum of squares order], written out: chunks of 4096, each by 32 lanes of squares in double
+// and a pairwise tree; the chunks' sums appended to `sums`.
+void reference_chunk_sums(const std::vector<double>& v, std::vector<double>& sums) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  for (int64_t begin = 0; begin < n; begin += 4096) {
+    double acc[32] = {};
+    for (int64_t i = begin; i < std::min(n, begin + 4096); ++i)
+      acc[(i - begin) % 32] += v[static_cast<size_t>(i)] * v[static_cast<size_t>(i)];
+    for (int width = 32; width > 1; width /= 2)
+      for (int l = 0; l < width / 2; ++l) acc[l] = acc[2 * l] + acc[2 * l + 1];
+    sums.push_back(acc[0]);
+  }
+}
+
 TEST_CASE("sum_squares follows Note [sum of squares order] on any thread count") {
-  // Sizes around the lane counts' steps, written out: lanes of squares in double, a pairwise tree.
-  for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{33}, int64_t{1000}, int64_t{70001}, int64_t{9000001}}) {
+  for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{33}, int64_t{4096}, int64_t{4097}, int64_t{70001},
+                          int64_t{9000001}}) {
     for (DType dtype : {DType::f32, DType::f64}) {
       CAPTURE(n);
       CAPTURE(dtype_name(dtype));
       std::vector<double> x(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = std::sin(0.37 * static_cast<double>(i)) * 1e3;
       const Tensor t = Tensor::from_doubles(x, Shape{n}, dtype);
-      const std::vector<double> v = t.to_doubles();  // the elements as the tensor holds them
-      const int64_t lanes = kernels::sum_squares_lanes(n);
-      std::vector<double> acc(static_cast<size_t>(lanes), 0.0);
-      for (int64_t i = 0; i < n; ++i) acc[static_cast<size_t>(i % lanes)] += v[static_cast<size_t>(i)] * v[static_cast<size_t>(i)];
-      for (int64_t width = lanes; width > 1; width /= 2)
-        for (int64_t l = 0; l < width / 2; ++l)
-          acc[static_cast<size_t>(l)] = acc[static_cast<size_t>(2 * l)] + acc[static_cast<size_t>(2 * l + 1)];
+      std::vector<double> sums;
+      reference_chunk_sums(t.to_doubles(), sums);  // the elements as the tensor holds them
+      CHECK(static_cast<int64_t>(sums.size()) == kernels::sum_squares_chunk_count(n));
+      const double want = cpu::exact_sum(sums.data(), sums.size());
       const int before = num_threads();
       for (int threads : {1, 2, 5}) {
         CAPTURE(threads);
         set_num_threads(threads);
         Tensor out = Tensor::zeros(Shape{3}, DType::f64);
         kernels::sum_squares(t, out, 1);
-        CHECK(out.to_doubles() == std::vector<double>{0.0, acc[0], 0.0});
+        CHECK(out.to_doubles() == std::vector<double>{0.0, want, 0.0});
+        Tensor chunks = Tensor::zeros(Shape{kernels::sum_squares_chunk_count(n)}, DType::f64);
+        kernels::sum_squares_chunks({&t}, chunks);
+        CHECK(chunks.to_doubles() == sums);
       }
       set_num_threads(before);
     }
   }
-  CHECK(kernels::sum_squares_lanes(0) == 1);
-  CHECK(kernels::sum_squares_lanes(64) == 2);
-  CHECK(kernels::sum_squares_lanes(65) == 4);
-  CHECK(kernels::sum_squares_lanes(int64_t{1} << 40) == int64_t{1} << 18);
   Tensor out = Tensor::zeros(Shape{2}, DType::f32);
   CHECK(message_of([&] { kernels::sum_squares(Tensor::zeros(Shape{4}, DType::f64), out, 2); }) ==
         "[sum_squares] slot 2 of (2,) f32: the sums go into a 1-D f64 tensor with that slot");
+}
+
+TEST_CASE("the norm's chunk sums are the same however the elements are cut at chunk boundaries") {
+  // One gradient of 3 chunks and a bit, against its pieces at chunk boundaries and a flat buffer
+  // holding them apart with zeros between: the same chunk sums, apart from +0 ones, and so the same
+  // correctly rounded total (what dist's ZeRO-1 pieces rely on).
+  const int64_t n = 3 * 4096 + 100;
+  std::vector<double> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = std::cos(1.3 * static_cast<double>(i)) * 7.0;
+  const Tensor whole = Tensor::from_doubles(x, Shape{n}, DType::f32);
+  Tensor flat = Tensor::zeros(Shape{6 * 4096}, DType::f32);
+  flat.flat_view(4096, Shape{n}).copy_from(whole);
+  const Tensor a = flat.flat_view(0, Shape{3 * 4096}), b = flat.flat_view(3 * 4096, Shape{3 * 4096});
+  auto total = [](const std::vector<const Tensor*>& xs) {
+    int64_t c = 0;
+    for (const Tensor* t : xs) c += kernels::sum_squares_chunk_count(t->numel());
+    Tensor sums = Tensor::zeros(Shape{c}, DType::f64), out = Tensor::zeros(Shape{}, DType::f64);
+    kernels::sum_squares_chunks(xs, sums);
+    kernels::sum_all(sums, out);
+    return out.item();
+  };
+  const double one = total({&whole});
+  CHECK(one == total({&flat}));
+  CHECK(one == total({&b, &a}));
+  CHECK(one > 0);
 }
 
 // The multi-tensor forms clip_grad_norm calls: each tensor's bits as the single-tensor kernel's.
@@ -350,24 +385,29 @@ std::vector<Tensor> assorted_tensors() {
   return xs;
 }
 
-TEST_CASE("sum_squares_many and scale_many give the single-tensor kernels' bits") {
+TEST_CASE("sum_squares_chunks and scale_many give the single-tensor kernels' bits") {
   const std::vector<Tensor> xs = assorted_tensors();
   std::vector<const Tensor*> in;
-  for (const Tensor& x : xs) in.push_back(&x);
-  const int64_t k = static_cast<int64_t>(xs.size());
-  Tensor one_by_one = Tensor::zeros(Shape{k}, DType::f64);
-  for (int64_t i = 0; i < k; ++i) kernels::sum_squares(xs[static_cast<size_t>(i)], one_by_one, i);
+  std::vector<double> chunk_sums;
+  for (const Tensor& x : xs) {
+    in.push_back(&x);
+    reference_chunk_sums(x.to_doubles(), chunk_sums);
+  }
+  const int64_t k = static_cast<int64_t>(chunk_sums.size());
   const int before = num_threads();
   for (int threads : {1, 3}) {
     CAPTURE(threads);
     set_num_threads(threads);
     Tensor many = Tensor::from_doubles(std::vector<double>(static_cast<size_t>(k), std::nan("")), Shape{k}, DType::f64);
-    kernels::sum_squares_many(in, many);
-    CHECK(std::memcmp(many.raw_data(), one_by_one.raw_data(), many.nbytes()) == 0);
+    kernels::sum_squares_chunks(in, many);
+    CHECK(many.to_doubles() == chunk_sums);
   }
   set_num_threads(before);
-  CHECK(one_by_one.to_doubles()[0] == 0.0);  // an empty tensor's sum is +0
-  CHECK(one_by_one.to_doubles()[2] == doctest::Approx(std::pow(std::sin(0.37) * 3e2, 2)));
+  Tensor one = Tensor::zeros(Shape{1}, DType::f64);
+  kernels::sum_squares(xs[0], one, 0);
+  CHECK(one.to_doubles()[0] == 0.0);  // an empty tensor's sum is +0
+  kernels::sum_squares(xs[2], one, 0);
+  CHECK(one.to_doubles()[0] == doctest::Approx(std::pow(std::sin(0.37) * 3e2, 2)));
 
   // 0.1 is rounded to each tensor's dtype first, as scale does.
   std::vector<Tensor> scaled, want;
@@ -386,20 +426,20 @@ TEST_CASE("sum_squares_many and scale_many give the single-tensor kernels' bits"
   CHECK(scaled[2].to_doubles()[0] == static_cast<double>(static_cast<float>(std::sin(0.37) * 3e2f) * 0.1f));
   kernels::scale_many({}, 2.0);  // nothing to do
   Tensor none = Tensor::zeros(Shape{0}, DType::f64);
-  kernels::sum_squares_many({}, none);
+  kernels::sum_squares_chunks({}, none);
 }
 
-TEST_CASE("sum_squares_many and scale_many refuse what they cannot take, naming the tensor") {
+TEST_CASE("sum_squares_chunks and scale_many refuse what they cannot take, naming the tensor") {
   const Tensor a = Tensor::zeros(Shape{3}, DType::f32), b = Tensor::zeros(Shape{2, 2}, DType::f64);
-  const Tensor ids = Tensor::zeros(Shape{4}, DType::i32);
-  Tensor out = Tensor::zeros(Shape{2}, DType::f64), wrong = Tensor::zeros(Shape{3}, DType::f64);
-  CHECK(message_of([&] { kernels::sum_squares_many({&a, &b}, wrong); }) ==
-        "[sum_squares_many] out is (3,) f64: the sums of 2 tensors go into a (2,) f64 tensor");
-  Tensor f32_out = Tensor::zeros(Shape{2}, DType::f32);
-  CHECK(message_of([&] { kernels::sum_squares_many({&a, &b}, f32_out); }) ==
-        "[sum_squares_many] out is (2,) f32: the sums of 2 tensors go into a (2,) f64 tensor");
-  CHECK(message_of([&] { kernels::sum_squares_many({&a, &ids}, out); }) ==
-        "[sum_squares_many] tensor 1 of 2 is i32; sum_squares_many takes f32 and f64 tensors");
+  const Tensor c = Tensor::zeros(Shape{4097}, DType::f64), ids = Tensor::zeros(Shape{4}, DType::i32);
+  Tensor out = Tensor::zeros(Shape{3}, DType::f64), wrong = Tensor::zeros(Shape{2}, DType::f64);
+  CHECK(message_of([&] { kernels::sum_squares_chunks({&a, &c}, wrong); }) ==
+        "[sum_squares_chunks] out is (2,) f64: the 2 tensors' chunks of 4096 go into a (3,) f64 tensor");
+  Tensor f32_out = Tensor::zeros(Shape{3}, DType::f32);
+  CHECK(message_of([&] { kernels::sum_squares_chunks({&a, &c}, f32_out); }) ==
+        "[sum_squares_chunks] out is (3,) f32: the 2 tensors' chunks of 4096 go into a (3,) f64 tensor");
+  CHECK(message_of([&] { kernels::sum_squares_chunks({&a, &ids}, out); }) ==
+        "[sum_squares_chunks] tensor 1 of 2 is i32; sum_squares_chunks takes f32 and f64 tensors");
   Tensor x = a.clone(), y = b.clone(), same = y.reshape(Shape{4}), i = ids.clone(), undefined;
   CHECK(message_of([&] { kernels::scale_many({&x, &y, &same}, 2.0); }) ==
         "[scale_many] tensors 1 and 2 share their bytes; list each tensor once");

@@ -138,3 +138,27 @@ TEST_CASE("devices: a CUDA tensor in a build or on a machine without one is a cl
   CHECK(parse_device("cuda:3") == Device::cuda(3));
   CHECK(message_of([] { parse_device("gpu"); }) == "[device] unknown device 'gpu': expected cpu, cuda or cuda:N");
 }
+
+TEST_CASE("flat_view shares a range of the bytes and their version count") {
+  Tensor base = Tensor::from_doubles({0, 1, 2, 3, 4, 5}, Shape{2, 3}, DType::f64);
+  Tensor row = base.flat_view(3, Shape{3});  // row 1
+  CHECK(row.to_doubles() == std::vector<double>{3, 4, 5});
+  CHECK(row.raw_data() == static_cast<double*>(base.raw_data()) + 3);
+  const uint32_t version = base.version();
+  row.zero_();
+  CHECK(base.to_doubles() == std::vector<double>{0, 1, 2, 0, 0, 0});
+  CHECK(base.version() == version + 1);  // a write through the view is a write to the base
+  Tensor tail = row.flat_view(1, Shape{2, 1});  // a view of a view: of the base
+  tail.copy_from(Tensor::from_doubles({7, 8}, Shape{2, 1}, DType::f64));
+  CHECK(base.to_doubles() == std::vector<double>{0, 1, 2, 0, 7, 8});
+  CHECK_FALSE(row.unique());  // the base is held elsewhere: its bytes are not the view's alone
+  Tensor alone = Tensor::zeros(Shape{4}, DType::f32).flat_view(2, Shape{2});
+  CHECK(alone.unique());  // the view holds its base alone
+  alone.copy_from(Tensor::from_doubles({1, 2}, Shape{2}, DType::f32));
+  CHECK(alone.to_doubles() == std::vector<double>{1, 2});
+  CHECK(message_of([&] { (void)base.flat_view(4, Shape{3}); }) ==
+        "[flat_view] elements 4 to 7 (shape (3,)) are not inside a tensor of 6 elements (shape (2, 3))");
+  CHECK(message_of([&] { (void)base.flat_view(-1, Shape{1}); }) ==
+        "[flat_view] elements -1 to 0 (shape (1,)) are not inside a tensor of 6 elements (shape (2, 3))");
+  CHECK(base.flat_view(6, Shape{0}).numel() == 0);
+}

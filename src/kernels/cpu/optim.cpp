@@ -4,6 +4,7 @@
 //
 // Rule: a thread's range of elements (or of lanes) is computed exactly as one thread computes the
 // whole loop, so the bits do not depend on the thread count.
+#include <algorithm>
 #include <vector>
 
 #include "tapegrad/kernels/cpu/cpu_kernels.hpp"
@@ -24,36 +25,45 @@ void sgd_momentum_step(Tensor& param, const Tensor& grad, Tensor& buf, const ker
   });
 }
 
-// Note [sum of squares order] (optim_ops.hpp): lanes in double, then a pairwise tree. A thread
-// takes a range of lanes and walks the rows of L elements through it, so its partial sums stay in
-// cache whatever L is.
-void sum_squares(const Tensor& x, Tensor& out, int64_t slot) {
-  const int64_t n = x.numel(), lanes = kernels::sum_squares_lanes(n), rows = (n + lanes - 1) / lanes;
-  std::vector<double> acc(static_cast<size_t>(lanes), 0.0);
-  dispatch_float("sum_squares", x.dtype(), [&]<class T>() {
-    const T* X = static_cast<const T*>(x.raw_data());
-    const int64_t elements = chunk_for(n, sizeof(T));  // a chunk's worth of elements, in lanes
-    const int64_t chunk = elements >= n ? lanes : std::max<int64_t>(1, elements / std::max<int64_t>(rows, 1));
-    parallel_for(lanes, chunk, [&](int64_t begin, int64_t end) {
-      double* a = acc.data();
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* row = X + r * lanes;
-        const int64_t stop = std::min(end, n - r * lanes);  // the last row may be short
-        for (int64_t l = begin; l < stop; ++l) {
-          const double v = static_cast<double>(row[l]);
-          a[l] = a[l] + v * v;
-        }
-      }
-    });
-  });
-  for (int64_t stride = 1; stride < lanes; stride *= 2)
-    for (int64_t l = 0; l < lanes; l += 2 * stride) acc[static_cast<size_t>(l)] += acc[static_cast<size_t>(l + stride)];
-  static_cast<double*>(out.raw_data())[slot] = acc[0];
+namespace {
+
+// One chunk's sum of squares, n <= kSquaresChunk elements (Note [sum of squares order]).
+template <class T>
+double chunk_sum_of_squares(const T* x, int64_t n) {
+  constexpr int64_t L = kernels::kSquaresLanes;
+  double a[L] = {};
+  const int64_t rows = n / L;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t l = 0; l < L; ++l) {
+      const double v = static_cast<double>(x[r * L + l]);
+      a[l] = a[l] + v * v;
+    }
+  for (int64_t l = 0; l < n - rows * L; ++l) {
+    const double v = static_cast<double>(x[rows * L + l]);
+    a[l] = a[l] + v * v;
+  }
+  for (int64_t stride = 1; stride < L; stride *= 2)
+    for (int64_t l = 0; l < L; l += 2 * stride) a[l] = a[l] + a[l + stride];
+  return a[0];
 }
 
-// The multi-tensor forms: the single-tensor kernels on each tensor in turn.
-void sum_squares_many(const std::vector<const Tensor*>& xs, Tensor& out) {
-  for (size_t i = 0; i < xs.size(); ++i) sum_squares(*xs[i], out, static_cast<int64_t>(i));
+}  // namespace
+
+// Chunks are independent: threads take whole chunks.
+void sum_squares_chunks(const std::vector<const Tensor*>& xs, Tensor& out) {
+  double* o = static_cast<double*>(out.raw_data());
+  for (const Tensor* x : xs) {
+    const int64_t n = x->numel(), chunks = kernels::sum_squares_chunk_count(n);
+    dispatch_float("sum_squares_chunks", x->dtype(), [&]<class T>() {
+      const T* X = static_cast<const T*>(x->raw_data());
+      const int64_t per_task = std::max<int64_t>(1, chunk_for(n, sizeof(T), Work::arithmetic) / kernels::kSquaresChunk);
+      parallel_for(chunks, per_task, [&](int64_t begin, int64_t end) {
+        for (int64_t c = begin; c < end; ++c)
+          o[c] = chunk_sum_of_squares(X + c * kernels::kSquaresChunk, std::min(kernels::kSquaresChunk, n - c * kernels::kSquaresChunk));
+      });
+    });
+    o += chunks;
+  }
 }
 
 void scale_many(const std::vector<Tensor*>& xs, double s) {
