@@ -9,6 +9,9 @@ BUILD_PACKAGES="meson ninja-build pkg-config g++ libxtensor-dev xtl-dev libxsimd
   libsimdjson-dev libcli11-dev zlib1g-dev libbenchmark-dev"
 # the CPU's matrix products (src/kernels/cpu/linalg.cpp)
 BUILD_PACKAGES="$BUILD_PACKAGES libopenblas-dev"
+# CPU ranks: Open MPI (src/dist's MPI backend, mpirun; docs/distributed.md). GPU ranks use NCCL,
+# which comes with CUDA.
+BUILD_PACKAGES="$BUILD_PACKAGES libopenmpi-dev openmpi-bin"
 TEST_PACKAGES="graphviz chromium python3 python3-torch clang libclang-rt-dev"
 TEST_PACKAGES="$TEST_PACKAGES cmake"
 

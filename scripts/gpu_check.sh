@@ -19,7 +19,8 @@
 # its expected file; bench/cuda_bench and the PyTorch baseline (bench/cuda_torch_baseline.py); the
 # N-d kernels' bandwidth (bench/nd_cuda_bench) and PyTorch's (bench/nd_torch.py); bench/attention_bench
 # against PyTorch's attention (bench/attention_torch.py);
-# test_cuda once more under compute-sanitizer memcheck; examples/gpt (scripts/gpu_gpt.sh). BENCH=0
+# test_cuda once more under compute-sanitizer memcheck; examples/gpt (scripts/gpu_gpt.sh); src/dist
+# through NCCL (scripts/gpu_dist.sh). BENCH=0
 # runs the checks without the benchmarks. It ends with a short table; full logs go
 # to $OUT (the device tool brings them back) or ./gpu-check-logs. Exit status 0 when all passed.
 set -uo pipefail
@@ -29,7 +30,7 @@ build=${BUILD:-build-cuda}
 # the programs `run` calls, as paths under the build folder
 programs=(libtapegrad.so tests/cuda/test_cuda tests/cuda/test_norm_cuda tests/cuda/test_nn_cuda
   tests/value_embed/test_value_embed_cuda apps/tiny_step apps/bob bench/cuda_bench bench/nd_cuda_bench
-  bench/attention_bench tests/gpt/gpt bench/gpt_value_embed)
+  bench/attention_bench tests/gpt/gpt bench/gpt_value_embed tests/dist/test_dist)
 
 prepare() {
   [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
@@ -38,7 +39,8 @@ prepare() {
   ninja -C "$build" "${programs[@]}" || exit 1
   mkdir -p .device/lib
   local lib
-  for lib in $(ldd "$build/libtapegrad.so" | awk '/libsimdjson|libopenblas|libgfortran|libquadmath/ {print $3}'); do
+  for lib in $(ldd "$build/libtapegrad.so" |
+               awk '/libsimdjson|libopenblas|libgfortran|libquadmath|libmpi|libopen-rte|libopen-pal|libhwloc|libevent/ {print $3}'); do
     cp -L "$lib" .device/lib/ || exit 1
   done
   du -sh "$build" .device | sed 's/^/carry: /'
@@ -262,6 +264,12 @@ PY
   rc=$?
   grep '^|' "$logs/gpt.log"
   note "examples/gpt (scripts/gpu_gpt.sh)" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" "exit $rc; $logs/gpt/summary.txt"
+
+  # 6. src/dist on the GPU: NCCL at 1 rank, 2 ranks on one GPU where NCCL allows it, --dist's cost
+  BUILD=$build LOGS=$logs/dist scripts/gpu_dist.sh > "$logs/dist.log" 2>&1
+  rc=$?
+  grep '^|' "$logs/dist.log"
+  note "src/dist (scripts/gpu_dist.sh)" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" "exit $rc; $logs/dist/summary.txt"
 
   echo
   grep '^|' "$logs/bench.txt"

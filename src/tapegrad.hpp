@@ -33,3 +33,5 @@
 #include "tapegrad/nn/layers.hpp"
 #include "tapegrad/nn/module.hpp"
 #include "tapegrad/nn/state_dict.hpp"
+#include "tapegrad/dist/comm.hpp"
+#include "tapegrad/dist/data_parallel.hpp"

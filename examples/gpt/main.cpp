@@ -8,7 +8,9 @@
 //             [--device cpu|cuda] [--dtype f32|f64] [--autocast bf16] [--value-embeds P] [--value-embeds-dense]
 //             [--dropout P] [--checkpoint CKPT [--resume | --force] [--save-every K]]
 //             [--log FILE.csv] [--seed S] [--dump-tape FILE] [--trace FILE] [--graph] [--cast-weights]
-//             [--gelu exact|tanh] [--fused-mlp] [--sample N]
+//             [--gelu exact|tanh] [--fused-mlp] [--sample N] [--accumulate A] [--zero 0|1] [--dist]
+//             [--show-batches]
+//   mpirun -np N gpt train ...            the same, on N ranks (docs/distributed.md)
 //   gpt sample --checkpoint CKPT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]
 //              [--seed S] [--device cpu|cuda]
 //
@@ -21,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <string>
 
 #include "train.hpp"
 
@@ -34,20 +37,28 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) 
     std::fprintf(stderr, "gpt: %s\nRun with --help for more information.\n", e.what());
     return 2;
   }
+  // A rank of a job of several that fails ends the whole job with its exit code (124 for a
+  // collective that timed out), so that no other rank waits for it (docs/distributed.md).
+  auto fail = [](int code, const std::string& text) {
+    std::fflush(stdout);
+    const bool job = tapegrad::dist::in_job();
+    const bool named = text.rfind("[dist] rank ", 0) == 0;  // a timeout says which rank it is
+    if (job && !named)
+      std::fprintf(stderr, "gpt: rank %d: %s\n", tapegrad::dist::placement_from_environment().rank, text.c_str());
+    else std::fprintf(stderr, "gpt: %s\n", text.c_str());
+    if (job) tapegrad::dist::abort_job(code);
+    return code;
+  };
   try {
     return body();
   } catch (const std::bad_alloc&) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpt: out of memory\n");
-    return 2;
+    return fail(2, "out of memory");
+  } catch (const tapegrad::dist::Timeout& e) {
+    return fail(124, e.what());
   } catch (const tapegrad::Error& e) {  // bad input, a refused file, a device that cannot run it
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpt: %s\n", e.what());
-    return 2;
+    return fail(2, e.what());
   } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "gpt: internal failure: %s\n", e.what());
-    return 1;
+    return fail(1, std::string("internal failure: ") + e.what());
   }
 }
 
@@ -107,6 +118,15 @@ int main(int argc, char** argv) {
                                                    "where by default AdamW writes bf16 copies as it updates them (the "
                                                    "same bits; for timing the two)");
   train->add_option("--sample", t.sample_tokens, "print a sample of N tokens at the end")->check(CLI::Range(0, 1000000));
+  train->add_option("--accumulate", t.accumulate, "A micro-batches of --config's batch a step on each rank (default 1); "
+                                                  "the step's gradient is their mean over the job's ranks")
+      ->check(CLI::Range(1, 1 << 20));
+  int zero = 0;
+  train->add_option("--zero", zero, "1: ZeRO-1, AdamW's moments cut over the ranks (the same bits); 0: none (default)")
+      ->check(CLI::Range(0, 1));
+  train->add_flag("--dist", t.dist, "go through the job's communicator (MPI on the CPU, NCCL on CUDA) even as its only "
+                                    "rank, to measure what it costs; jobs of several ranks use it anyway");
+  train->add_flag("--show-batches", t.show_batches, "print the windows each micro-batch draws, and which rank drew them");
 
   gpt::SampleOptions s;
   CLI::App* sample = app.add_subcommand("sample", "print text sampled from a checkpoint");
@@ -122,6 +142,7 @@ int main(int argc, char** argv) {
     if (*sample) return gpt::sample(s);
     t.config = config;
     t.preset = gpt::preset(config);
+    t.zero = zero == 1;
     t.dtype = dtype == "f64" ? tapegrad::DType::f64 : tapegrad::DType::f32;
     t.bytes = tokens == "byte";
     t.random_tokens = tokens == "random";

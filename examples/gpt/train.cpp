@@ -6,12 +6,15 @@
 //   model.*         the state dict (nn::state_dict)
 //   adamw.*         AdamW's state (its step, groups, moments)
 //   sparse_adamw.*  SparseAdamW's, with sparse value embeddings
-//   generator.*     the dropout generator's place in its stream
+//   generator.*     the dropout generator's place after the model was made (each micro-batch
+//                   reseeds it: mask_seed)
 //   vocab           (V,) u8: the characters in id order (absent for byte-level tokens)
-// and, as the envelope's text fields, the run's settings (learner), the data's identity (data),
-// the seed and the step. The batch of step s is drawn from a generator seeded by (seed, s) alone,
-// and the learning rate is a function of s: so a run resumed at step s takes the same batches,
-// rates and dropout masks as one that never stopped, and ends with the same bits.
+// and, as the envelope's text fields, the run's settings (learner, with micro_batches, the M of
+// the step's M micro-batches over all ranks), the data's identity (data), the seed and the step.
+// The batch of micro-batch m of step s and its dropout masks are drawn from generators seeded by
+// (seed, s, m) alone, and the learning rate is a function of s: so a run resumed at step s takes
+// the same batches, rates and dropout masks as one that never stopped, on any number of ranks that
+// makes the same M, and ends with the same bits.
 #include "train.hpp"
 
 #include <tapegrad/config.hpp>
@@ -26,6 +29,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -97,19 +101,46 @@ Data load_data(const std::string& path, bool bytes, int64_t block) {
 }
 
 // B windows of T tokens from ids[begin, end): x and the next tokens y, (B, T) each.
+// With `starts`, the windows' first positions too.
 void draw_batch(const Data& d, std::mt19937_64& rng, size_t begin, size_t end, int64_t B, int64_t T,
-                std::vector<int32_t>& x, std::vector<int32_t>& y) {
+                std::vector<int32_t>& x, std::vector<int32_t>& y, std::vector<size_t>* starts = nullptr) {
   std::uniform_int_distribution<size_t> start(begin, end - static_cast<size_t>(T) - 1);
   x.clear(), y.clear();
+  if (starts) starts->clear();
   for (int64_t b = 0; b < B; ++b) {
     const size_t s = start(rng);
+    if (starts) starts->push_back(s);
     x.insert(x.end(), d.ids.begin() + static_cast<ptrdiff_t>(s), d.ids.begin() + static_cast<ptrdiff_t>(s) + T);
     y.insert(y.end(), d.ids.begin() + static_cast<ptrdiff_t>(s) + 1, d.ids.begin() + static_cast<ptrdiff_t>(s) + T + 1);
   }
 }
 
+// The seeds of global micro-batch m of step s (0-based): its windows' generator, and its dropout
+// masks'. Functions of (seed, s, m) alone, so a micro-batch draws the same whichever rank runs it.
+// m = 0 keeps the windows of the runs before micro-batches.
+uint64_t batch_seed(uint64_t seed, int64_t s, int64_t m) {
+  return seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(s + 1) + 0xbf58476d1ce4e5b9ull * static_cast<uint64_t>(m);
+}
+uint64_t mask_seed(uint64_t seed, int64_t s, int64_t m) {
+  uint64_t z = batch_seed(seed, s, m) ^ 0x6d61736b6d61736bull;  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// ", 2 ranks (mpi) of 4 micro-batches each, ZeRO-1": the job, for the first line
+std::string job_text(const dist::Communicator& comm, int64_t A, bool zero) {
+  std::string s;
+  if (comm.size() > 1 || std::string(comm.backend()) != "single")
+    s += "; " + std::to_string(comm.size()) + (comm.size() == 1 ? " rank (" : " ranks (") + comm.backend() + ")";
+  if (A > 1 || !s.empty()) s += (s.empty() ? "; " : ", ") + std::to_string(A) + " micro-batch" + (A == 1 ? "" : "es") +
+                                (s.empty() ? " a step" : " each");
+  if (zero) s += ", ZeRO-1";
+  return s;
+}
+
 // ---- the run's settings as text (the checkpoint's learner field) and back
-std::string settings_text(const std::string& config, const Preset& p, DType dtype, const char* tokens) {
+std::string settings_text(const std::string& config, const Preset& p, DType dtype, const char* tokens, int64_t micro) {
   const Config& c = p.model;
   std::ostringstream s;
   s << "gpt config=" << config << " layers=" << c.layers << " heads=" << c.heads << " dim=" << c.dim
@@ -117,7 +148,8 @@ std::string settings_text(const std::string& config, const Preset& p, DType dtyp
     << " ve_mode=" << (c.ve_mode == ValueEmbeds::sparse ? "sparse" : "dense") << " dtype=" << dtype_name(dtype)
     << " products=" << dtype_name(c.products) << " gelu=" << (c.gelu_tanh ? "tanh" : "exact")
     << " tokens=" << tokens << " lr=" << fmt(p.lr) << " min_lr=" << fmt(p.min_lr)
-    << " warmup=" << p.warmup << " decay_steps=" << p.decay_steps << " weight_decay=0.1 beta2=0.99 clip=1";
+    << " warmup=" << p.warmup << " decay_steps=" << p.decay_steps << " weight_decay=0.1 beta2=0.99 clip=1"
+    << " micro_batches=" << micro;
   return s.str();
 }
 
@@ -131,7 +163,9 @@ std::map<std::string, std::string> fields_of(const std::string& text) {
 
 // The first setting that differs, in the order the run lists them: "layers=2 in the checkpoint,
 // 6 in this run".
-void check_same_settings(const std::string& path, const std::string& file, const std::string& run) {
+// micro_batches (M = N A) names the ranks and --accumulate that make it.
+void check_same_settings(const std::string& path, const std::string& file, const std::string& run, int ranks,
+                         int64_t accumulate) {
   const auto theirs = fields_of(file);
   if (theirs.empty() || file.rfind("gpt ", 0) != 0) refuse(path + " is not a gpt checkpoint (its settings: '" + file + "')");
   std::istringstream in(run);
@@ -141,10 +175,16 @@ void check_same_settings(const std::string& path, const std::string& file, const
     const std::string key = word.substr(0, eq), value = word.substr(eq + 1);
     auto it = theirs.find(key);
     // a setting added later reads as what the checkpoints from before it ran with
-    const std::string had = it != theirs.end()    ? it->second
-                            : key == "products" ? "f32"
-                            : key == "gelu"     ? "exact"
-                                                : "(absent)";
+    const std::string had = it != theirs.end()         ? it->second
+                            : key == "products"      ? "f32"
+                            : key == "gelu"          ? "exact"
+                            : key == "micro_batches" ? "1"
+                                                     : "(absent)";
+    if (had != value && key == "micro_batches")
+      refuse(path + " was trained with " + had + " micro-batches a step, but this run makes " + value + " (" +
+             std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") + " of --accumulate " + std::to_string(accumulate) +
+             "): give ranks and --accumulate whose product is " + had + " (the same bits at any number of ranks), "
+             "or start a fresh run");
     if (had != value)
       refuse(path + " was trained with " + key + "=" + had + ", but this run asks for " + key + "=" + value +
              " (give the same settings, or start a fresh run)");
@@ -344,15 +384,51 @@ int train(const TrainOptions& o) {
     refuse("--autocast bf16 casts f32 products; it needs --dtype f32, not " + std::string(dtype_name(o.dtype)));
   if (o.cast_weights && c.products != DType::bf16)
     refuse("--cast-weights chooses how --autocast bf16 makes its bf16 weights; without it nothing is cast");
-  const Device device = parse_device(o.device);
+  Device device = parse_device(o.device);
   if (o.graph && (!device.is_cuda() || c.dropout > 0 || !o.dump_tape.empty() || !o.trace.empty()))
     refuse("--graph replays one captured step: it needs --device cuda, --dropout 0 (a replay would repeat the "
            "mask), and neither --dump-tape nor --trace");
   if (o.random_tokens && (!o.data.empty() || o.bytes)) refuse("--tokens random takes no --data");
+
+  // The job (docs/distributed.md): this process is rank r of N, under mpirun or from TAPEGRAD_RANK
+  // and its kin, or alone; each of the N ranks runs A micro-batches a step.
+  const dist::Placement place = dist::placement_from_environment();
+#if TAPEGRAD_WITH_CUDA
+  if (device.is_cuda() && o.device == "cuda" && place.size > 1 && cuda::device_count() > 0)
+    device = Device::cuda(place.local_rank % cuda::device_count());  // one GPU a rank on each host
+#endif
+  const bool sparse_ve = c.value_embeds > 0 && c.ve_mode == ValueEmbeds::sparse;
+  const int64_t A = o.accumulate;
+  if (sparse_ve && (A > 1 || place.size > 1 || o.dist))
+    refuse("sparse value embeddings add into a buffer of their own, outside the step's ordered sum of micro-batches: "
+           "with --accumulate, several ranks or --dist, use --value-embeds-dense");
+  if (!o.trace.empty() && (A > 1 || place.size > 1))
+    refuse("--trace records the steps of one process with one micro-batch each (the PyTorch parity test): it takes "
+           "neither --accumulate nor several ranks");
+  if (device.is_cpu() && place.local_size > 1 && !std::getenv("TAPEGRAD_NUM_THREADS"))
+    set_num_threads(std::max(1, num_threads() / place.local_size));  // the host's cores shared by its ranks
+  std::unique_ptr<dist::Communicator> comm = dist::connect(device, o.dist);
+  const int N = comm->size();
+  const bool lead = comm->rank() == 0;  // rank 0 prints and writes
+  const int64_t M = N * A;              // the micro-batches of a step, over the whole job
+  comm->set_phase("start-up", true);
+  auto same_on_every_rank = [&](const std::string& what, const std::string& text) {
+    if (N == 1) return;
+    uint64_t h = dist::hash_bytes(Tensor::from_vector(std::vector<uint8_t>(text.begin(), text.end()),
+                                                      Shape{static_cast<int64_t>(text.size())}));
+    double bits;
+    std::memcpy(&bits, &h, sizeof bits);
+    const std::vector<double> all = dist::gather_doubles(*comm, {bits});
+    for (int r = 1; r < N; ++r)
+      if (std::memcmp(&all[static_cast<size_t>(r)], &all[0], sizeof bits) != 0)
+        refuse("rank " + std::to_string(r) + "'s " + what + " differs from rank 0's: every rank must read the same");
+  };
+
   const Data data = o.random_tokens ? random_data() : load_data(o.data, o.bytes, c.block);
+  same_on_every_rank("data (" + data.identity + ")", data.identity);
   c.vocab = data.V;
   const char* tokens = o.random_tokens ? "random" : o.bytes ? "byte" : "char";
-  const std::string settings = settings_text(o.config, p, o.dtype, tokens);
+  const std::string settings = settings_text(o.config, p, o.dtype, tokens, M);
 
   // Everything a resume reads is read and checked before anything is built or written.
   nn::StateDict saved;
@@ -361,31 +437,39 @@ int train(const TrainOptions& o) {
   if (o.resume) {
     if (!std::filesystem::exists(o.checkpoint)) refuse("no checkpoint at " + o.checkpoint + " to resume from");
     saved = nn::load_tensors(o.checkpoint, &info);
-    check_same_settings(o.checkpoint, info.learner, settings);
+    check_same_settings(o.checkpoint, info.learner, settings, N, A);
     if (info.data != data.identity)
       refuse(o.checkpoint + " was trained on other data (" + info.data + "), not this run's (" + data.identity + ")");
     if (info.seed != std::to_string(o.seed)) refuse(o.checkpoint + " was trained with --seed " + info.seed);
     step = static_cast<int64_t>(info.step);
     if (step > o.steps)
       refuse(o.checkpoint + " is at step " + std::to_string(step) + ", past --steps " + std::to_string(o.steps));
+    same_on_every_rank("checkpoint " + o.checkpoint, io::read_file(o.checkpoint));
   } else if (!o.checkpoint.empty() && std::filesystem::exists(o.checkpoint) && !o.force) {
     refuse(o.checkpoint + " exists: pass --resume to continue it, or --force to replace it");
   }
   std::vector<LogRow> log;
-  if (!o.log.empty() && o.resume) log = read_log(o.log, step);
+  if (!o.log.empty() && o.resume && lead) log = read_log(o.log, step);
 
   Graph g;
   Generator gen(o.seed);
   nn::Factory f{g, gen, o.dtype, device};
   GPT model(f, c);
-  const bool sparse_ve = c.value_embeds > 0 && c.ve_mode == ValueEmbeds::sparse;
   std::vector<Var> dense_params;  // everything AdamW updates: all but a sparse value-embed table
   for (auto& [name, v] : model.named_parameters())
     if (!(sparse_ve && name == "ve.weight")) dense_params.push_back(v);
-  optim::AdamW adamw(optim::decay_groups(dense_params, 0.1), {.lr = p.lr, .beta2 = 0.99});
+  dist::DataParallel dp(*comm, dense_params, {.micro_batches = A});
+  const std::vector<optim::ParamGroup> groups = optim::decay_groups(dense_params, 0.1);
+  const optim::AdamWConfig adamw_config{.lr = p.lr, .beta2 = 0.99};
+  // ZeRO-1: AdamW's moments cut over the ranks (the same bits); otherwise every rank keeps them all
+  std::optional<optim::AdamW> adamw;
+  std::optional<dist::ShardedAdamW> zero;
+  if (o.zero && dp.collective()) zero.emplace(dp, groups, adamw_config);
+  else adamw.emplace(groups, adamw_config);
   // bf16 products: AdamW writes each weight's bf16 copy as it updates it, and the products take
-  // the copies instead of casting (Note [bf16 weight copies] in ops/autocast.hpp): the same bits
-  if (c.products == DType::bf16 && !o.cast_weights) adamw.keep_bf16_copies();
+  // the copies instead of casting (Note [bf16 weight copies] in ops/autocast.hpp): the same bits.
+  // ZeRO-1's ranks update slices, so its products cast the gathered weights (the same bits again).
+  if (c.products == DType::bf16 && !o.cast_weights && adamw) adamw->keep_bf16_copies();
   std::optional<optim::SparseAdamW> sparse;
   ops::ValueEmbedBuffer buffer;
   if (sparse_ve) {
@@ -395,20 +479,28 @@ int train(const TrainOptions& o) {
   const optim::WarmupCosine schedule(p.lr, p.warmup, p.decay_steps, p.min_lr);
   if (o.resume) {  // the checks of each load run before it changes anything
     nn::load_state_dict(model, nn::under(saved, "model."));
-    adamw.load_state(nn::under(saved, "adamw.", false));
+    const optim::NamedTensors state = nn::under(saved, "adamw.", false);
+    if (zero) zero->load_state(state);
+    else adamw->load_state(state);
     if (sparse) sparse->load_state(nn::under(saved, "sparse_adamw.", false));
     nn::load_generator_state(gen, saved);
   }
+  // Each micro-batch reseeds the dropout generator (mask_seed), so its place in its stream says
+  // nothing about the run: the checkpoint keeps the place it had after the model was made (or
+  // loaded), the same whatever the ranks and micro-batches, so checkpoints of any N compare equal.
+  const nn::StateDict generator_at_start = nn::generator_state(gen);
+  if (N > 1) dp.broadcast_parameters();  // rank 0's weights on every rank, checked by hash
   const std::string where = o.random_tokens ? "uniform random ids" : o.data.empty() ? "the built-in corpus" : o.data;
-  std::printf("gpt %s: %lld parameters, %s%s on %s%s; %s, %lld tokens (%s), vocab %lld; %s step %lld to %lld\n",
-              o.config.c_str(), static_cast<long long>(model.parameter_count()), dtype_name(o.dtype),
-              c.products == DType::bf16 ? " (bf16 products)" : "",
-              device.str().c_str(), c.value_embeds ? (" with " + std::to_string(c.value_embeds) + " value-embed planes (" +
-                                                     (sparse_ve ? "sparse" : "dense") + ")").c_str() : "",
-              where.c_str(), static_cast<long long>(data.ids.size()),
-              o.random_tokens ? "random ids" : o.bytes ? "bytes" : "characters",
-              static_cast<long long>(data.V), o.resume ? "resuming at" : "from", static_cast<long long>(step),
-              static_cast<long long>(o.steps));
+  if (lead)
+    std::printf("gpt %s: %lld parameters, %s%s on %s%s; %s, %lld tokens (%s), vocab %lld; %s step %lld to %lld%s\n",
+                o.config.c_str(), static_cast<long long>(model.parameter_count()), dtype_name(o.dtype),
+                c.products == DType::bf16 ? " (bf16 products)" : "",
+                device.str().c_str(), c.value_embeds ? (" with " + std::to_string(c.value_embeds) + " value-embed planes (" +
+                                                       (sparse_ve ? "sparse" : "dense") + ")").c_str() : "",
+                where.c_str(), static_cast<long long>(data.ids.size()),
+                o.random_tokens ? "random ids" : o.bytes ? "bytes" : "characters",
+                static_cast<long long>(data.V), o.resume ? "resuming at" : "from", static_cast<long long>(step),
+                static_cast<long long>(o.steps), job_text(*comm, A, zero.has_value()).c_str());
 
   const int64_t B = c.batch, T = c.block;
   std::vector<int32_t> positions(static_cast<size_t>(T));
@@ -421,33 +513,48 @@ int train(const TrainOptions& o) {
   auto loss_of = [&](const std::vector<int32_t>& x, const std::vector<int32_t>& y, const ops::ValueEmbedBuffer& buf) {
     return loss_on(Tensor::from_vector(x, Shape{B, T}, device), Tensor::from_vector(y, Shape{B, T}, device), buf);
   };
-  auto validate = [&]() {  // the same eval_batches batches every time, in eval mode, no tape
+  // The same eval_batches batches every time, in eval mode, no tape: each rank computes a block of
+  // them (every rank draws them all, to keep the generator in step), the losses are gathered, and
+  // summed in batch order, as one process sums them.
+  auto validate = [&]() {
     std::mt19937_64 rng(o.seed ^ 0x76616c6964617465ull);
     model.eval();
     NoGrad off(g);
-    double total = 0;
+    const int64_t E = p.eval_batches, per = (E + N - 1) / N, first_k = per * comm->rank();
+    std::vector<double> mine(static_cast<size_t>(per), 0.0);
     std::vector<int32_t> x, y;
-    for (int64_t k = 0; k < p.eval_batches; ++k) {
+    for (int64_t k = 0; k < E; ++k) {
       draw_batch(data, rng, data.split, data.ids.size(), B, T, x, y);
+      if (k < first_k || k >= first_k + per) continue;
       g.clear();
-      total += loss_of(x, y, {}).value().item();
+      mine[static_cast<size_t>(k - first_k)] = loss_of(x, y, {}).value().item();
     }
     g.clear();
     model.train();
-    return total / static_cast<double>(p.eval_batches);
+    const std::vector<double> all = N == 1 ? mine : dist::gather_doubles(*comm, mine);
+    double total = 0;
+    for (int64_t k = 0; k < E; ++k) total += all[static_cast<size_t>(k)];
+    return total / static_cast<double>(E);
   };
+  // Rank 0 writes the checkpoint a one-process run writes (ZeRO-1's moments gathered first, which
+  // every rank takes part in); the others wait until it is on disk.
   auto save = [&](int64_t at) {
+    const std::string phase = comm->phase();
+    comm->set_phase("checkpoint at step " + std::to_string(at), true);
     nn::StateDict t = nn::prefixed(nn::state_dict(model), "model.");
-    for (auto& e : adamw.state_tensors()) t.push_back(std::move(e));
+    for (auto& e : zero ? zero->state_tensors() : adamw->state_tensors()) t.push_back(std::move(e));
     if (sparse)
       for (auto& e : sparse->state_tensors()) t.push_back(std::move(e));
-    for (auto& e : nn::generator_state(gen)) t.push_back(std::move(e));
+    for (const auto& e : generator_at_start) t.push_back(e);
     if (!data.vocab.empty()) {
       std::vector<uint8_t> v(data.vocab.begin(), data.vocab.end());
       t.emplace_back("vocab", Tensor::from_vector(v, Shape{data.V}));
     }
-    nn::save_tensors(o.checkpoint, t, {.learner = settings, .data = data.identity, .seed = std::to_string(o.seed),
-                                       .step = static_cast<uint64_t>(at)});
+    if (lead)
+      nn::save_tensors(o.checkpoint, t, {.learner = settings, .data = data.identity, .seed = std::to_string(o.seed),
+                                         .step = static_cast<uint64_t>(at)});
+    if (N > 1) comm->barrier();
+    comm->set_phase(phase);
   };
   // the parity trace: the initial weights, each step's batch, loss and rate, the first gradients
   nn::StateDict trace = o.trace.empty() ? nn::StateDict{} : nn::prefixed(nn::state_dict(model), "init.");
@@ -456,38 +563,72 @@ int train(const TrainOptions& o) {
 
   const std::string title = "gpt " + o.config + ": " + where;
   std::vector<int32_t> x, y;
+  std::vector<size_t> starts;
   const int64_t first = step;
   const auto start = std::chrono::steady_clock::now();
   model.train();
+  // The batch of global micro-batch m of step s (draw_batch's B windows) comes from a generator
+  // seeded by (seed, s, m) alone, and so do its dropout masks (Generator::manual_seed): whichever
+  // rank runs it, and whether or not the run was resumed, it sees the same tokens and masks.
+  auto draw = [&](int64_t s, int64_t j) {
+    const int64_t m = dp.first_micro_batch() + j;
+    std::mt19937_64 rng(batch_seed(o.seed, s, m));
+    draw_batch(data, rng, 0, data.split, B, T, x, y, &starts);
+    gen.manual_seed(mask_seed(o.seed, s, m));
+    if (o.show_batches) {
+      std::string line = "batch: step " + std::to_string(s + 1) + " micro-batch " + std::to_string(m) + " rank " +
+                         std::to_string(comm->rank()) + " windows";
+      for (size_t w : starts) line += " " + std::to_string(w);
+      std::printf("%s\n", line.c_str());
+    }
+  };
+  // The optimizer's step after the step's gradient is in: the clipping coefficient computed on the
+  // device (no read-back; AdamW applies it as it reads the gradients), then AdamW or ZeRO-1's.
+  auto update = [&](bool scheduled) {
+    if (zero) {
+      const optim::ClipFactor clip = zero->clip_factor(1.0);
+      if (scheduled) zero->scheduled_step(0, clip.factor);
+      else zero->step(clip.factor);
+    } else {
+      const optim::ClipFactor clip = optim::clip_grad_factor_on_device(dense_params, 1.0);
+      if (scheduled) adamw->scheduled_step(0, clip.factor);
+      else adamw->step(clip.factor);
+    }
+  };
   // Note [a captured step]
   // With --graph, the step (forward, backward, clipping, AdamW) is recorded once as a CUDA graph,
   // after two eager steps have made the cuBLAS handle, AdamW's moments and the allocator's blocks,
   // and each later step is one replay. What a replay must see new is in device memory, written
-  // before it: the batch (copied into two fixed input tensors), AdamW's step scalars from the
-  // schedule's lr (AdamW::write_schedule), and the clipping coefficient, which the step computes on
-  // the device (clip_grad_factor_on_device, where clip_grad_norm would read the norm back) and AdamW
-  // applies as it reads the gradients (no pass of its own). The replayed kernels compute what the
-  // eager step's do, so the two give the same bits: 60 steps with --graph write the checkpoint of
-  // 60 without (scripts/gpu_gpt.sh). Value embeddings: the dense table is one more parameter of
-  // the graph; the sparse one's backward adds into its buffer inside the graph (the lookup never
-  // synchronizes), and the pull and SparseAdamW run after each replay, eagerly, because the pull
-  // learns on the host how many rows the step touched.
-  Tensor tokens_in, targets_in;  // --graph: the batch's fixed home on the device
-  if (o.graph) {
-    tokens_in = Tensor::zeros(Shape{B, T}, DType::i32, device);
-    targets_in = Tensor::zeros(Shape{B, T}, DType::i32, device);
-  }
+  // before it: the batches (copied into fixed input tensors, one pair a micro-batch), AdamW's step
+  // scalars from the schedule's lr (AdamW::write_schedule), and the clipping coefficient, which the
+  // step computes on the device and AdamW applies as it reads the gradients (no pass of its own).
+  // The ranks' collectives are captured with it (on the communicator's stream, joined to the
+  // graph). The replayed kernels compute what the eager step's do, so the two give the same bits:
+  // 60 steps with --graph write the checkpoint of 60 without (scripts/gpu_gpt.sh). Value
+  // embeddings: the dense table is one more parameter of the graph; the sparse one's backward adds
+  // into its buffer inside the graph (the lookup never synchronizes), and the pull and SparseAdamW
+  // run after each replay, eagerly, because the pull learns on the host how many rows the step
+  // touched.
+  std::vector<Tensor> tokens_in, targets_in;  // --graph: the batches' fixed homes on the device
+  if (o.graph)
+    for (int64_t j = 0; j < A; ++j) {
+      tokens_in.push_back(Tensor::zeros(Shape{B, T}, DType::i32, device));
+      targets_in.push_back(Tensor::zeros(Shape{B, T}, DType::i32, device));
+    }
   std::unique_ptr<CapturedGraph> captured;
-  Tensor captured_loss;  // the captured step's loss, rewritten by each replay
+  std::vector<Tensor> captured_losses;  // the captured step's losses, rewritten by each replay
   auto graph_step = [&](bool scheduled) {  // the --graph step's body, eager or captured
-    g.clear();
-    g.zero_grad();
-    Var loss = loss_on(tokens_in, targets_in, buffer);
-    g.backward(loss, {.free_activation_grads = true});
-    const optim::ClipFactor clip = optim::clip_grad_factor_on_device(dense_params, 1.0);
-    if (scheduled) adamw.scheduled_step(0, clip.factor);
-    else adamw.step(clip.factor);
-    return loss.value();
+    std::vector<Tensor> losses;
+    for (int64_t j = 0; j < A; ++j) {
+      g.clear();
+      g.zero_grad();
+      Var loss = loss_on(tokens_in[static_cast<size_t>(j)], targets_in[static_cast<size_t>(j)], buffer);
+      g.backward(loss, dp.backward_options(j, {.free_activation_grads = true}));
+      losses.push_back(loss.value());
+    }
+    dp.finish();
+    update(scheduled);
+    return losses;
   };
   std::vector<double> step_ms;  // each step's wall time, its loss read back (a synchronization)
   // --graph: what the steps that only replay (the capture made before them) ask of the driver and
@@ -506,54 +647,67 @@ int train(const TrainOptions& o) {
   int64_t replay_steps = 0;
   for (; step < o.steps;) {
     const auto step_start = std::chrono::steady_clock::now();
+    comm->set_phase("step " + std::to_string(step + 1));
     const bool replay_only = o.graph && captured != nullptr;
     const Counts before = replay_only ? counts() : Counts{};
     Counts replayed;  // counts() after the replay, before the sparse update
     const double lr = schedule.lr(step);
-    adamw.set_lr(lr);
+    if (zero) zero->set_lr(lr);
+    else adamw->set_lr(lr);
     if (sparse) sparse->set_lr(lr);
-    std::mt19937_64 rng(o.seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(step + 1));
-    draw_batch(data, rng, 0, data.split, B, T, x, y);
-    Tensor loss_value;
+    std::vector<double> losses;  // this rank's micro-batches'
     if (o.graph) {
-      tokens_in.copy_from(Tensor::from_vector(x, Shape{B, T}));
-      targets_in.copy_from(Tensor::from_vector(y, Shape{B, T}));
+      for (int64_t j = 0; j < A; ++j) {
+        draw(step, j);
+        tokens_in[static_cast<size_t>(j)].copy_from(Tensor::from_vector(x, Shape{B, T}));
+        targets_in[static_cast<size_t>(j)].copy_from(Tensor::from_vector(y, Shape{B, T}));
+      }
+      std::vector<Tensor> values;
       if (step - first < 2) {
-        loss_value = graph_step(false);
+        values = graph_step(false);
       } else {
-        const uint64_t t = adamw.step_count();
-        adamw.write_schedule(t, 1);
-        if (!captured) captured = capture(device, [&] { captured_loss = graph_step(true); });
+        const uint64_t t = zero ? zero->step_count() : adamw->step_count();
+        if (zero) zero->write_schedule(t, 1);
+        else adamw->write_schedule(t, 1);
+        if (!captured) captured = capture(device, [&] { captured_losses = graph_step(true); });
         captured->replay();
-        adamw.set_step_count(t + 1);
-        loss_value = captured_loss;
+        if (zero) zero->set_step_count(t + 1);
+        else adamw->set_step_count(t + 1);
+        values = captured_losses;
         if (replay_only) replayed = counts();
       }
+      dp.wait();
+      for (const Tensor& v : values) losses.push_back(v.item());
       // the sparse table's update stays outside the graph: the pull learns how many rows it takes
       if (sparse) sparse->step(model.ve->weight.value(), ops::value_embed_pull(buffer));
     } else {
-      g.clear();
-      g.zero_grad();
-      Var loss = loss_of(x, y, buffer);
-      BackwardRecord record;
-      const bool dump = step == first && !o.dump_tape.empty();
-      g.backward(loss, {.record = dump ? &record : nullptr, .free_activation_grads = true});
-      if (dump) {
-        DumpOptions options;
-        options.title = title + ", step " + std::to_string(step + 1);
-        write_tape_dump(o.dump_tape, g, &record, options);
+      for (int64_t j = 0; j < A; ++j) {
+        draw(step, j);
+        g.clear();
+        g.zero_grad();
+        Var loss = loss_of(x, y, buffer);
+        BackwardRecord record;
+        const bool dump = step == first && j == 0 && lead && !o.dump_tape.empty();
+        g.backward(loss, dp.backward_options(j, {.record = dump ? &record : nullptr, .free_activation_grads = true}));
+        if (dump) {
+          DumpOptions options;
+          options.title = title + ", step " + std::to_string(step + 1);
+          write_tape_dump(o.dump_tape, g, &record, options);
+        }
+        losses.push_back(loss.value().item());
       }
+      dp.finish();
+      dp.wait();
       if (!o.trace.empty() && step == first)
         for (auto& [name, v] : model.named_parameters())
           if (v.grad().defined()) trace.emplace_back("grad." + name, v.grad().to(Device::cpu()).clone());
-      optim::clip_grad_norm(dense_params, 1.0);
-      adamw.step();
+      update(false);
       if (sparse) sparse->step(model.ve->weight.value(), ops::value_embed_pull(buffer));
-      loss_value = loss.value();
     }
     ++step;
 
-    const double value = loss_value.item();
+    // the step's loss: the mean of its M micro-batches' losses, in micro-batch order
+    const double value = dist::pairwise_mean(N == 1 ? losses : dist::gather_doubles(*comm, losses));
     if (replay_only) {
       const Counts after = counts();
       in_replays.mallocs += replayed.mallocs - before.mallocs;
@@ -565,16 +719,21 @@ int train(const TrainOptions& o) {
     step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start).count());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double done = static_cast<double>(step - first), left = static_cast<double>(o.steps - step);
-    const double tokens_per_s = done * static_cast<double>(B * T) / seconds;
+    const double tokens_per_s = done * static_cast<double>(M * B * T) / seconds;  // the whole job's
     const double val = step % p.eval_every == 0 || step == o.steps ? validate() : NAN;
     const int filled = static_cast<int>(20 * step / o.steps);
-    std::printf("step %lld loss %.4f%s lr %.2e | %lld/%lld [%s%s] %3.0f%% | %.0f tok/s | %.1f ms/step | ETA %s\n",
-                static_cast<long long>(step), value,
-                std::isfinite(val) ? (" val " + fmt(std::round(val * 1e4) / 1e4)).c_str() : "", lr,
-                static_cast<long long>(step), static_cast<long long>(o.steps), std::string(static_cast<size_t>(filled), '#').c_str(),
-                std::string(static_cast<size_t>(20 - filled), '.').c_str(), 100.0 * static_cast<double>(step) / static_cast<double>(o.steps),
-                tokens_per_s, 1e3 * seconds / done, seconds_text(seconds / done * left).c_str());
-    std::fflush(stdout);
+    if (lead) {
+      std::printf("step %lld loss %.4f%s lr %.2e | %lld/%lld [%s%s] %3.0f%% | %.0f tok/s%s | %.1f ms/step | ETA %s\n",
+                  static_cast<long long>(step), value,
+                  std::isfinite(val) ? (" val " + fmt(std::round(val * 1e4) / 1e4)).c_str() : "", lr,
+                  static_cast<long long>(step), static_cast<long long>(o.steps),
+                  std::string(static_cast<size_t>(filled), '#').c_str(),
+                  std::string(static_cast<size_t>(20 - filled), '.').c_str(),
+                  100.0 * static_cast<double>(step) / static_cast<double>(o.steps), tokens_per_s,
+                  N > 1 ? (" on " + std::to_string(N) + " ranks").c_str() : "", 1e3 * seconds / done,
+                  seconds_text(seconds / done * left).c_str());
+      std::fflush(stdout);
+    }
     if (!o.trace.empty()) {
       trace_x.insert(trace_x.end(), x.begin(), x.end());
       trace_y.insert(trace_y.end(), y.begin(), y.end());
@@ -584,12 +743,13 @@ int train(const TrainOptions& o) {
     log.push_back({step, value, val, lr, tokens_per_s});
     const bool last = step == o.steps;
     if (!o.checkpoint.empty() && (last || (o.save_every && step % o.save_every == 0))) save(step);
-    if (!o.log.empty() && (last || std::isfinite(val) || (o.save_every && step % o.save_every == 0)))
+    if (lead && !o.log.empty() && (last || std::isfinite(val) || (o.save_every && step % o.save_every == 0)))
       write_log(o.log, log, title);
-    if (std::isfinite(val)) std::printf("validation loss %.4f at step %lld (uniform guess %.4f)\n", val,
-                                        static_cast<long long>(step), std::log(static_cast<double>(data.V)));
+    if (lead && std::isfinite(val))
+      std::printf("validation loss %.4f at step %lld (uniform guess %.4f)\n", val, static_cast<long long>(step),
+                  std::log(static_cast<double>(data.V)));
   }
-  if (step_ms.size() > 10) {  // the median after the first 10 steps (allocations, library start-up)
+  if (lead && step_ms.size() > 10) {  // the median after the first 10 steps (allocations, library start-up)
     std::vector<double> tail(step_ms.begin() + 10, step_ms.end());
     std::nth_element(tail.begin(), tail.begin() + static_cast<ptrdiff_t>(tail.size() / 2), tail.end());
     const double median = tail[tail.size() / 2];
@@ -599,9 +759,9 @@ int train(const TrainOptions& o) {
       peak = "; peak device memory " + std::to_string(cuda::allocator_stats(device.index).peak_bytes_in_use >> 20) + " MiB";
 #endif
     std::printf("median step %.2f ms over steps 11 to %lld (%.0f tokens/s)%s\n", median, static_cast<long long>(step),
-                static_cast<double>(B * T) / median * 1e3, peak.c_str());
+                static_cast<double>(M * B * T) / median * 1e3, peak.c_str());
   }
-  if (replay_steps > 0) {
+  if (lead && replay_steps > 0) {
     std::printf("%lld steps replayed the captured graph: %llu cudaMalloc calls and %llu host fallbacks in them",
                 static_cast<long long>(replay_steps), static_cast<unsigned long long>(in_replays.mallocs),
                 static_cast<unsigned long long>(in_replays.fallbacks));
@@ -611,8 +771,8 @@ int train(const TrainOptions& o) {
                   static_cast<unsigned long long>(in_updates.mallocs), static_cast<unsigned long long>(in_updates.fallbacks));
     std::printf("\n");
   }
-  if (first == o.steps) std::printf("%s is already at step %lld: nothing to train\n", o.checkpoint.c_str(),
-                                    static_cast<long long>(step));
+  if (lead && first == o.steps)
+    std::printf("%s is already at step %lld: nothing to train\n", o.checkpoint.c_str(), static_cast<long long>(step));
   if (!o.trace.empty()) {
     const int64_t n = static_cast<int64_t>(trace_loss.size());
     trace.emplace_back("x", Tensor::from_vector(trace_x, Shape{n, B, T}));
@@ -623,7 +783,7 @@ int train(const TrainOptions& o) {
     trace.emplace_back("config", Tensor::from_vector(shape, Shape{7}));  // L, H, C, T, B, P, G (1: tanh GELU)
     nn::export_safetensors(o.trace, trace);
   }
-  if (o.sample_tokens > 0) {
+  if (lead && o.sample_tokens > 0) {
     const std::vector<int32_t> prompt(data.ids.begin(), data.ids.begin() + std::min<int64_t>(T, 16));
     const auto out = generate(model, g, prompt, o.sample_tokens, 0.8, 0, o.seed, device);
     std::printf("sample: %s\n", (decode(data.vocab, prompt) + decode(data.vocab, out)).c_str());

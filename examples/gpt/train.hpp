@@ -39,6 +39,12 @@ struct TrainOptions {
   int64_t sample_tokens = 0;    // after training, print a sample of this many tokens
   bool graph = false;           // CUDA: capture a training step as one CUDA graph and replay it
   bool cast_weights = false;    // bf16 products cast the weights each step, not AdamW's bf16 copies
+  // docs/distributed.md: the ranks of a job (mpirun, or TAPEGRAD_RANK and its kin) each run
+  // `accumulate` micro-batches a step
+  int64_t accumulate = 1;
+  bool zero = false;            // ZeRO-1: AdamW's moments cut over the ranks
+  bool dist = false;            // through the communicator's backend even alone (to measure it)
+  bool show_batches = false;    // print each micro-batch's windows (which rank drew what)
 };
 int train(const TrainOptions& o);  // 0, or throws tapegrad::Error for bad input
 

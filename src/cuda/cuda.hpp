@@ -39,6 +39,16 @@ void empty_cache(int device = 0);  // give every cached free block back to the d
 // host and item() check the same way; apps call tapegrad::synchronize(device) at the end of a step.
 void check_kernel_errors(int device = 0);
 
+// The stream (a cudaStream_t) that cuda:device's kernels and copies are queued on, and a swap of
+// it: set_stream(device, s) makes s that stream and returns the one it replaces. For work that
+// must run beside the compute stream (dist's NCCL backend queues its transfers and the sums of
+// what they bring on a stream of its own); the caller orders the two streams with events and
+// puts the old stream back. Elementwise kernels and copies follow the swap; cuBLAS handles keep the
+// stream they were made with, so no matrix product may be queued while it lasts. A device is
+// driven from one thread at a time.
+void* stream(int device);
+void* set_stream(int device, void* stream);
+
 // f32 matmul through cuBLAS: exact fp32 arithmetic by default; TF32 (10-bit mantissa products,
 // about 1e-3 relative error, faster on Hopper's tensor cores) only after set_allow_tf32(true).
 void set_allow_tf32(bool allow);

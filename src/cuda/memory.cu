@@ -325,6 +325,15 @@ void finish_and_check(DeviceContext& ctx) {
 
 void check_kernel_errors(int device) { finish_and_check(context(device)); }
 
+void* stream(int device) { return context(device).stream; }
+
+void* set_stream(int device, void* stream) {
+  DeviceContext& ctx = context(device);
+  void* old = ctx.stream;
+  ctx.stream = static_cast<cudaStream_t>(stream);
+  return old;
+}
+
 // ---- the DeviceBackend
 
 namespace {
