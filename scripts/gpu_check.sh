@@ -40,7 +40,7 @@ prepare() {
   mkdir -p .device/lib
   local lib
   for lib in $(ldd "$build/libtapegrad.so" |
-               awk '/libsimdjson|libopenblas|libgfortran|libquadmath|libmpi|libopen-rte|libopen-pal|libhwloc|libevent/ {print $3}'); do
+               awk '/libsimdjson|libopenblas|libgfortran|libquadmath|libmpi|libopen-rte|libopen-pal|libhwloc|libevent|libudev/ {print $3}'); do
     cp -L "$lib" .device/lib/ || exit 1
   done
   du -sh "$build" .device | sed 's/^/carry: /'

@@ -134,18 +134,20 @@ BackwardOptions DataParallel::backward_options(int64_t j, BackwardOptions base) 
   return base;
 }
 
+// The parameter keeps its gradient (a tape dump of the micro-batch shows it): the stack shares it,
+// and only ever adds into an older entry, one the next zero_grad() has left to the stack alone
+// (the engine copies a gradient another handle shares before it adds into it).
 void DataParallel::absorb(size_t p) {
   Var& v = params_[p];
   Tensor g = v.grad();
-  v.set_grad(Tensor());
   if (!g.defined()) g = Tensor::zeros(v.shape(), v.dtype(), v.device());  // not reached: a zero gradient
-  else if (!g.unique()) g = g.clone();  // added into below
   std::vector<Entry>& stack = stacks_[p];
   stack.push_back({0, std::move(g)});
   while (stack.size() >= 2 && stack[stack.size() - 1].level == stack[stack.size() - 2].level) {
     Entry top = std::move(stack.back());
     stack.pop_back();
     Entry& below = stack.back();
+    if (!below.sum.unique()) below.sum = below.sum.clone();  // still the parameter's (no zero_grad between)
     kernels::binary(kernels::Binary::add, below.sum, top.sum, below.sum);  // earlier + later
     below.sum.mark_modified();
     ++below.level;
@@ -155,6 +157,7 @@ void DataParallel::absorb(size_t p) {
 Tensor DataParallel::fold(size_t p) {
   std::vector<Entry>& stack = stacks_[p];
   Tensor sum = std::move(stack.front().sum);
+  if (stack.size() > 1 && !sum.unique()) sum = sum.clone();
   for (size_t i = 1; i < stack.size(); ++i) kernels::binary(kernels::Binary::add, sum, stack[i].sum, sum);
   stack.clear();
   return sum;
@@ -165,8 +168,10 @@ void DataParallel::final_gradient(size_t p) {
   absorb(p);
   Tensor sum = fold(p);
   if (!collective_) {
-    if (A_ > 1) kernels::scale(sum, 1.0 / static_cast<double>(A_), sum);
-    sum.mark_modified();
+    if (A_ > 1) {  // sum is the stack's own here (fold added into it)
+      kernels::scale(sum, 1.0 / static_cast<double>(A_), sum);
+      sum.mark_modified();
+    }
     params_[p].set_grad(std::move(sum));
   } else {
     send_.flat_view(layout_.offset[p], sum.shape()).copy_from(sum);  // on the compute stream
