@@ -124,8 +124,9 @@ int main(int argc, char** argv) {
   int zero = 0;
   train->add_option("--zero", zero, "1: ZeRO-1, AdamW's moments cut over the ranks (the same bits); 0: none (default)")
       ->check(CLI::Range(0, 1));
-  train->add_flag("--dist", t.dist, "go through the job's communicator (MPI on the CPU, NCCL on CUDA) even as its only "
-                                    "rank, to measure what it costs; jobs of several ranks use it anyway");
+  train->add_flag("--dist", t.dist, "join the job's communicator (MPI on the CPU, NCCL on CUDA) even as its only rank "
+                                    "(a job of one: nothing to exchange, the step as without); jobs of several ranks "
+                                    "use it anyway");
   train->add_flag("--show-batches", t.show_batches, "print the windows each micro-batch draws, and which rank drew them");
 
   gpt::SampleOptions s;

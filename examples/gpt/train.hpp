@@ -43,7 +43,7 @@ struct TrainOptions {
   // `accumulate` micro-batches a step
   int64_t accumulate = 1;
   bool zero = false;            // ZeRO-1: AdamW's moments cut over the ranks
-  bool dist = false;            // through the communicator's backend even alone (to measure it)
+  bool dist = false;            // join the communicator's backend even alone (a job of one)
   bool show_batches = false;    // print each micro-batch's windows (which rank drew what)
 };
 int train(const TrainOptions& o);  // 0, or throws tapegrad::Error for bad input

@@ -62,7 +62,7 @@ DataParallel::DataParallel(Communicator& comm, std::vector<Var> params, DataPara
       params_(std::move(params)),
       A_(options.micro_batches),
       options_(options),
-      collective_(comm.size() > 1 || std::string(comm.backend()) != "single") {
+      collective_(comm.size() > 1 || options.exchange_alone) {
   if (A_ < 1) refuse("data parallel with " + std::to_string(A_) + " micro-batches a step: at least 1");
   if (params_.empty()) refuse("data parallel over no parameters");
   if (options_.bucket_bytes < 1) refuse("data parallel with buckets of " + std::to_string(options_.bucket_bytes) + " bytes");
@@ -252,7 +252,7 @@ ShardedAdamW::ShardedAdamW(DataParallel& dp, const std::vector<optim::ParamGroup
     : dp_(dp), groups_(groups), config_(config) {
   Communicator& comm = dp.comm();
   if (!dp.collective())
-    refuse("ZeRO-1 in a world of one without a backend: use optim::AdamW (it is the same update)");
+    refuse("ZeRO-1 in a world of one: use optim::AdamW (the same update; or exchange_alone, to test the sharded path)");
   const std::vector<Var>& params = dp.parameters();
   std::unordered_map<int32_t, size_t> index;
   for (size_t p = 0; p < params.size(); ++p) index.emplace(params[p].id(), p);

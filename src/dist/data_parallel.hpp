@@ -39,6 +39,10 @@ struct DataParallelOptions {
   // Reduce each bucket as soon as its gradients are final, while the backward still runs (on the
   // communicator's stream: NCCL). Host backends reduce after the backward either way.
   bool overlap = true;
+  // A world of one has nothing to exchange, so its steps make no collective call (data parallel
+  // costs nothing there); exchange_alone sends its gradients through the communicator anyway, the
+  // path of several ranks, for testing and measuring that path on one device.
+  bool exchange_alone = false;
 };
 
 // Where each parameter's elements sit in the flat buffers the ranks exchange. Parameters go in
@@ -70,8 +74,8 @@ class DataParallel {
   int64_t global_micro_batches() const { return A_ * comm_.size(); }            // M = N A
   int64_t first_micro_batch() const { return A_ * comm_.rank(); }               // this rank's, r A
   const FlatLayout& layout() const { return layout_; }
-  // Whether steps go through the communicator's collectives: several ranks, or a world of one that
-  // has a backend (connect's even_alone); a plain world of one sums its micro-batches alone.
+  // Whether steps go through the communicator's collectives: several ranks (or exchange_alone); a
+  // world of one sums its micro-batches alone.
   bool collective() const { return collective_; }
 
   // Every rank's parameters take rank 0's values (a broadcast), then check_parameters_agree.
