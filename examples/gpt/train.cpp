@@ -656,6 +656,7 @@ int train(const TrainOptions& o) {
     else adamw->set_lr(lr);
     if (sparse) sparse->set_lr(lr);
     std::vector<double> losses;  // this rank's micro-batches'
+    std::vector<Tensor> loss_values;
     if (o.graph) {
       for (int64_t j = 0; j < A; ++j) {
         draw(step, j);
@@ -694,7 +695,7 @@ int train(const TrainOptions& o) {
           options.title = title + ", step " + std::to_string(step + 1);
           write_tape_dump(o.dump_tape, g, &record, options);
         }
-        losses.push_back(loss.value().item());
+        loss_values.push_back(loss.value());
       }
       dp.finish();
       dp.wait();
@@ -703,6 +704,7 @@ int train(const TrainOptions& o) {
           if (v.grad().defined()) trace.emplace_back("grad." + name, v.grad().to(Device::cpu()).clone());
       update(false);
       if (sparse) sparse->step(model.ve->weight.value(), ops::value_embed_pull(buffer));
+      for (const Tensor& v : loss_values) losses.push_back(v.item());  // read back once the step is queued
     }
     ++step;
 
