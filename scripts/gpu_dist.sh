@@ -25,6 +25,17 @@ w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
 export TAPEGRAD_DIST_TIMEOUT=${TAPEGRAD_DIST_TIMEOUT:-60}
 
+# NCCL: the system's libnccl.so.2 where the loader finds one, else PyTorch's wheel's (NCCL_LIBRARY
+# names another); the wheel's for two ranks on one GPU (NCCL 2.30's opt-in)
+wheel=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+system_nccl=$(ldconfig -p | awk '/libnccl\.so\.2/ {print $NF; exit}')
+IFS=: read -ra dirs <<< "${LD_LIBRARY_PATH:-}"
+for d in "${dirs[@]}"; do [[ -z $system_nccl && -f $d/libnccl.so.2 ]] && system_nccl=$d/libnccl.so.2; done
+if [[ -n ${NCCL_LIBRARY:-} ]]; then export TAPEGRAD_NCCL_LIBRARY=$NCCL_LIBRARY
+elif [[ -z $system_nccl && -f $wheel ]]; then export TAPEGRAD_NCCL_LIBRARY=$wheel
+fi
+echo "NCCL for one rank: ${TAPEGRAD_NCCL_LIBRARY:-libnccl.so.2, found by the loader}; PyTorch's wheel: ${wheel:-none}"
+
 # 1. NCCL, one rank
 timeout 300 env TAPEGRAD_TEST_DEVICE=cuda TAPEGRAD_TEST_BACKEND=1 "$test_dist" > "$logs/test_dist_nccl1.log" 2>&1
 rc=$?
@@ -32,10 +43,7 @@ line "test_dist, NCCL, 1 rank (and [gpu])" "$([[ $rc -eq 0 ]] && echo PASS || ec
   "exit $rc; $(grep -E '^\[doctest\] test cases' "$logs/test_dist_nccl1.log" | tr -s ' ')"
 
 # 2. two ranks on one GPU: NCCL 2.30's opt-in, with its library from NCCL_LIBRARY or PyTorch's wheel
-nccl=${NCCL_LIBRARY:-}
-if [[ -z $nccl ]]; then
-  nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
-fi
+nccl=${NCCL_LIBRARY:-$wheel}
 version=$(python3 -c 'import torch; print(".".join(map(str, torch.cuda.nccl.version())))' 2>/dev/null)
 # two_ranks LOG ARGS...: ranks 0 and 1 on cuda:0 meeting through a fresh rendezvous file; the
 # larger of their exit codes
