@@ -1,8 +1,9 @@
 // gpt train and gpt sample (train.hpp): the data, the training loop, checkpoints and bitwise
 // resume, the CSV log and its SVG plot, and sampling with temperature and top-k.
 //
-// Note [what a checkpoint holds]: one file of named tensors (nn::save_tensors, the checkpoint
-// envelope: CRC-checked, written atomically):
+// Note [what a checkpoint holds]
+// One file of named tensors (nn::save_tensors, the checkpoint envelope: CRC-checked, written
+// atomically):
 //   model.*         the state dict (nn::state_dict)
 //   adamw.*         AdamW's state (its step, groups, moments)
 //   sparse_adamw.*  SparseAdamW's, with sparse value embeddings

@@ -10,10 +10,7 @@
 // row whose candidate is another row is a repeat only when all their bytes are equal (memcmp);
 // otherwise (two rows that differ outside the sampled words) it is computed like a first row. A
 // row kernel is a function of its row's bits, so a copied row holds exactly the bits a fresh
-// computation would give: this changes the time a kernel takes, never its result. When the
-// logits' producer already knows which rows are copies (gather sets Value::row_copies from its
-// ids, src/graph/graph.hpp), cross_entropy takes that map instead and reads no repeated row at
-// all; this class is for logits from anywhere else. Rows built to
+// computation would give: this changes the time a kernel takes, never its result. Rows built to
 // collide cost one compare each before they are computed like any other row, and the candidate
 // search is bounded (a few probes of the hash table per row).
 #pragma once
