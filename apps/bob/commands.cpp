@@ -31,6 +31,7 @@
 #include "tapegrad/tensor/backend.hpp"
 #include "tapegrad/io/atomic_file.hpp"
 #include "tapegrad/io/file_lock.hpp"
+#include "tapegrad/io/outputs.hpp"
 
 extern char** environ;
 
@@ -141,8 +142,9 @@ int run_self(const std::vector<std::string>& args, const std::string& log_path) 
 // ---- train's files
 
 // Refuses, before anything is written, an output that cannot be replaced: `path` exists and is not
-// a regular file (a device such as /dev/full, a folder), or its folder does not exist or is not
-// writable by this process. `what` names it in the message ("checkpoint", "predictions").
+// a regular file (a device such as /dev/full, a folder), its folder does not exist or is not
+// writable by this process, or io::check_output refuses it (a link in a sticky folder that the
+// kernel would not follow, a name too long). `what` names it in the message ("checkpoint").
 void check_output(const std::string& what, const std::string& path) {
   struct stat info {};
   if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
@@ -157,18 +159,21 @@ void check_output(const std::string& what, const std::string& path) {
                 (err == ENOENT ? " does not exist" : " is not writable (" + std::string(std::strerror(err)) + ")") +
                 "; nothing was written");
   }
+  try {  // the library's own checks: a link not to follow, a name too long for its folder, ...
+    io::check_output(path);
+  } catch (const Error& e) {
+    throw Error(what + ": " + e.what());
+  }
 }
 
-// Refuses two of train's files that are one file (the checkpoint given as --predictions, say).
-void check_distinct(const std::vector<std::pair<std::string, std::string>>& files) {
-  std::error_code ignored;
-  for (size_t i = 0; i < files.size(); ++i)
-    for (size_t j = i + 1; j < files.size(); ++j)
-      if (!files[i].second.empty() && !files[j].second.empty() &&
-          std::filesystem::weakly_canonical(files[i].second, ignored) ==
-              std::filesystem::weakly_canonical(files[j].second, ignored))
-        throw Error("the " + files[i].first + " and the " + files[j].first + " are one file, " + files[i].second +
-                    "; give each its own; nothing was written");
+// Refuses an output of train that is its input or another output (the checkpoint given as
+// --predictions, say), by device and inode (io::check_distinct).
+void check_distinct(const std::vector<io::NamedFile>& outputs, const std::string& input) {
+  try {
+    io::check_distinct(outputs, {{"input record", input}});
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + "; nothing was written");
+  }
 }
 
 // Takes the checkpoint's lock for the whole read-train-write, refusing by name when another process
@@ -327,8 +332,9 @@ void train(const TrainOptions& options) {
   const io::EnvelopeIdentity identity = io::bob_checkpoint_identity();
 
   // Every output is checked before the first write, and the checkpoint is locked until the end.
-  check_distinct({{"input record", options.input}, {"checkpoint", options.checkpoint},
-                  {"predictions", options.predictions}, {"tape dump", options.dump_tape}});
+  check_distinct({{"checkpoint", options.checkpoint}, {"predictions", options.predictions},
+                  {"tape dump", options.dump_tape}},
+                 options.input);
   check_output("checkpoint", options.checkpoint);
   if (!options.predictions.empty()) check_output("predictions", options.predictions);
   if (!options.dump_tape.empty()) check_output("tape dump", options.dump_tape);

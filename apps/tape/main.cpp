@@ -21,6 +21,7 @@
 
 #include "app_main.hpp"
 #include "tapegrad/io/atomic_file.hpp"
+#include "tapegrad/io/outputs.hpp"
 #include "tapegrad/ops/op_table.hpp"
 #include "stepper.hpp"
 #include "views.hpp"
@@ -67,6 +68,9 @@ int main(int argc, char** argv) {
       print(tapegrad::ops::op_table_markdown());
       return 0;
     }
+    std::vector<tapegrad::io::NamedFile> inputs;
+    for (const std::string& f : files) inputs.push_back({"FILE", f});
+    tapegrad::io::check_distinct({{"-o", out_path}}, inputs);  // the page never replaces a dump it shows
     std::vector<tape::Tape> tapes;
     for (const std::string& f : files) tapes.push_back(tape::read_tape(f));
     if (*show) {

@@ -7,6 +7,7 @@
 // (tape_file.hpp's Group), so the page and `tape show` group by one rule.
 #include <algorithm>
 
+#include "tapegrad/io/text.hpp"
 #include "tapegrad/tensor/error.hpp"
 #include "page_assets.hpp"
 #include "views.hpp"
@@ -14,20 +15,6 @@
 namespace tape {
 
 namespace {
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string script_safe_json(const json::Value& v) {
   std::string out;
@@ -74,7 +61,7 @@ std::string to_html(const std::vector<Tape>& tapes) {
   }
   const std::string title = tapes[0].title.empty() ? base_name(tapes[0].path) : tapes[0].title;
   const std::pair<std::string_view, std::string> fills[] = {
-      {"title", html_escape(title)},
+      {"title", tapegrad::io::xml_text(title)},
       {"style", std::string(assets::page_css)},
       {"script", std::string(assets::page_js)},
       {"tapes", script_safe_json(list)},

@@ -17,6 +17,7 @@
 
 #include "app_main.hpp"
 #include "tapegrad/io/atomic_file.hpp"
+#include "tapegrad/io/outputs.hpp"
 #include "tiny_model.hpp"
 
 namespace {
@@ -47,6 +48,8 @@ int main(int argc, char** argv) {
   app.add_flag("--overwrite-bug", overwrite_bug, "gradient contributions overwrite instead of add");
   app.add_option("--dump-tape", dump_path, "write the step's tape dump to FILE (see docs/tape-format.md)");
   return apps::run_main(app, "tiny_step", argc, argv, [&] {
+    tapegrad::io::check_distinct({{"--write", write_path}, {"--dump-tape", dump_path}},
+                                 {{"--config", config_path}, {"--check", check_path}});
     const tiny::Config config = config_path.empty() ? tiny::Config{} : tiny::load_config(config_path);
     tiny::TraceOptions options;
     options.overwrite_bug = overwrite_bug;

@@ -171,6 +171,7 @@ std::pair<double, double> train(const Config& c, const Corpus& corpus, std::FILE
     Var loss = m.loss(x, y, buffer, c.accumulate);
     tapegrad::BackwardRecord record;
     const bool dump = step == 1 && !c.dump_tape.empty();
+    if (dump) tapegrad::check_dump_size(m.g, c.dump_tape);  // before the recorded backward, which costs the memory
     m.g.backward(loss, {.record = dump ? &record : nullptr});
     if (dump) {
       tapegrad::DumpOptions options;

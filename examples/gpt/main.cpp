@@ -15,10 +15,12 @@
 //              [--seed S] [--device cpu|cuda]
 //
 // Each training step prints a line that begins `step N loss X`. Exit codes: 0 done, 2 bad input
-// (a bad flag, an unreadable, damaged or mismatched checkpoint, data shorter than one block; then
-// nothing is written), 1 an internal failure.
+// (a bad flag, an unreadable, damaged or mismatched checkpoint, data shorter than one block, an
+// output that cannot be written or is in use, a loss that is not finite; then nothing is written,
+// or what was is put back: outputs.hpp), 1 an internal failure.
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -73,6 +75,28 @@ const CLI::Validator positive_finite(
     },
     "a positive finite number");
 
+// A seed: an integer from 0 to 2^64 - 1, checked on its text (CLI11 reads "-1" into a u64 as a
+// bound, and "18446744073709551616" as the largest: both silently other seeds).
+const CLI::Validator seed_value(
+    [](std::string& text) -> std::string {
+      char* end = nullptr;
+      errno = 0;
+      const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+      if (digits) std::strtoull(text.c_str(), &end, 10);
+      return digits && errno == 0 ? "" : "must be an integer from 0 to 18446744073709551615, got '" + text + "'";
+    },
+    "an integer from 0 to 2^64 - 1");
+
+// A dropout probability from 0 to 0.99 (CLI::Range lets NaN through: no comparison fails for it).
+const CLI::Validator dropout_value(
+    [](std::string& text) -> std::string {
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      const bool ok = !text.empty() && *end == 0 && v >= 0 && v <= 0.99;  // false for NaN
+      return ok ? "" : "must be a number from 0 to 0.99, got '" + text + "'";
+    },
+    "a number from 0 to 0.99");
+
 int main(int argc, char** argv) {
   CLI::App app{"gpt: a character-level GPT (nanoGPT's) trained with tapegrad.\n"
                "Without a subcommand: the tiny config, 200 steps on the built-in corpus, then a sample."};
@@ -103,13 +127,13 @@ int main(int argc, char** argv) {
   train->add_option("--value-embeds", value_embeds, "P value-embed planes, added to the values of layers 0..P-1")
       ->check(CLI::Range(0, 1024));
   train->add_flag("--value-embeds-dense", ve_dense, "look them up with the dense embedding op (for comparison)");
-  train->add_option("--dropout", dropout, "the dropout probability (default: the config's)")->check(CLI::Range(0.0, 0.99));
+  train->add_option("--dropout", dropout, "the dropout probability (default: the config's)")->check(dropout_value);
   train->add_option("--checkpoint", t.checkpoint, "where the checkpoint goes (written atomically)");
   CLI::Option* resume = train->add_flag("--resume", t.resume, "continue from --checkpoint up to --steps");
   train->add_flag("--force", t.force, "replace an existing checkpoint with a fresh run")->excludes(resume);
   train->add_option("--save-every", t.save_every, "also write the checkpoint every K steps")->check(CLI::Range(1, 100000000));
   train->add_option("--log", t.log, "a CSV log of every step, and its plot beside it (.svg)");
-  train->add_option("--seed", t.seed, "the seed of the weights, batches and dropout (default 1337)");
+  train->add_option("--seed", t.seed, "the seed of the weights, batches and dropout (default 1337)")->check(seed_value);
   train->add_option("--dump-tape", t.dump_tape, "write the first step's tape here (for apps/tape)");
   train->add_option("--trace", t.trace, "for the PyTorch parity test: weights, batches, losses, first gradients");
   train->add_flag("--graph", t.graph, "CUDA: capture one training step as a CUDA graph and replay it for the others "
@@ -136,7 +160,7 @@ int main(int argc, char** argv) {
   sample->add_option("--tokens", s.tokens, "how many tokens to sample (default 200)")->check(CLI::Range(1, 1000000));
   sample->add_option("--temperature", s.temperature, "divides the logits (default 1)")->check(positive_finite);
   sample->add_option("--top-k", s.top_k, "sample among the K most likely tokens (default: all)")->check(CLI::Range(0, 1 << 30));
-  sample->add_option("--seed", s.seed, "the sampling seed (default 1337)");
+  sample->add_option("--seed", s.seed, "the sampling seed (default 1337)")->check(seed_value);
   sample->add_option("--device", s.device, "cpu (default) or cuda[:N]");
 
   return run(app, argc, argv, [&]() {

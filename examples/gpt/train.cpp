@@ -22,6 +22,7 @@
 #include <tapegrad/cuda/cuda.hpp>
 #include <tapegrad/io/atomic_file.hpp>
 #include <tapegrad/io/envelope.hpp>
+#include <tapegrad/io/text.hpp>
 #include <tapegrad/optim/sparse.hpp>
 #include <tapegrad/ops/value_embed.hpp>
 
@@ -31,12 +32,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <random>
 #include <sstream>
 
+#include "checks.hpp"
 #include "corpus.hpp"
+#include "outputs.hpp"
 
 namespace gpt {
 namespace {
@@ -50,8 +52,29 @@ std::string fmt(double x) {
 }
 
 // ---- data: a text as token ids, split 9:1 into train and validation
+
+// The ids of a text, one byte each (its vocabulary has at most 256 tokens), held in the bytes the
+// text was read into: the data costs its file's size in memory, once. --tokens random's ids (up to
+// 50303) take two bytes each.
+class TokenIds {
+ public:
+  explicit TokenIds(std::string narrow = {}) : narrow_(std::move(narrow)) {}
+  explicit TokenIds(std::vector<uint16_t> wide) : wide_(std::move(wide)) {}
+  size_t size() const { return wide_.empty() ? narrow_.size() : wide_.size(); }
+  int32_t operator[](size_t i) const { return wide_.empty() ? static_cast<unsigned char>(narrow_[i]) : wide_[i]; }
+  std::vector<int32_t> first(size_t n) const {  // ids [0, n)
+    std::vector<int32_t> out;
+    for (size_t i = 0; i < std::min(n, size()); ++i) out.push_back((*this)[i]);
+    return out;
+  }
+
+ private:
+  std::string narrow_;
+  std::vector<uint16_t> wide_;
+};
+
 struct Data {
-  std::vector<int32_t> ids;
+  TokenIds ids;
   std::string vocab;  // char-level: the distinct bytes, ascending (id = position); byte-level: empty
   int64_t V = 0;
   size_t split = 0;   // train: ids[0, split), validation: ids[split, n)
@@ -68,36 +91,39 @@ Data random_data() {
   d.V = kRandomVocab;
   std::mt19937_64 rng(0x72616e646f6dull);
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(kRandomVocab - 1));
-  d.ids.resize(size_t{1} << 21);
-  for (int32_t& v : d.ids) v = id(rng);
+  std::vector<uint16_t> ids(size_t{1} << 21);
+  for (uint16_t& v : ids) v = static_cast<uint16_t>(id(rng));
+  d.ids = TokenIds(std::move(ids));
   d.split = d.ids.size() * 9 / 10;
   d.identity = "random vocab=" + std::to_string(d.V) + " length=" + std::to_string(d.ids.size());
   return d;
 }
 
 Data load_data(const std::string& path, bool bytes, int64_t block) {
-  const std::string text = path.empty() ? std::string(kCorpus) : io::read_file(path);
+  std::string text = path.empty() ? std::string(kCorpus) : io::read_file(path);
   const std::string name = path.empty() ? "the built-in corpus" : path;
+  const size_t length = text.size();
   Data d;
+  d.split = length * 9 / 10;
+  const size_t need = static_cast<size_t>(block) + 1;  // one block and its next token
+  if (d.split < need || length - d.split < need)
+    refuse(name + " has " + std::to_string(length) + " bytes: too short for blocks of " + std::to_string(block) +
+           " tokens (its train and validation parts, 9:1, need " + std::to_string(need) + " tokens each)");
+  const uint32_t crc = io::crc32_of(text);
   if (bytes) {
-    d.V = 256;
-    for (unsigned char c : text) d.ids.push_back(c);
-  } else {
+    d.V = 256;  // a byte is its id
+  } else {  // each byte becomes its id, in place: the vocabulary is the distinct bytes, ascending
     bool seen[256] = {};
     for (unsigned char c : text) seen[c] = true;
-    int32_t index[256];
+    unsigned char index[256] = {};
     for (int c = 0; c < 256; ++c)
-      if (seen[c]) index[c] = static_cast<int32_t>(d.vocab.size()), d.vocab.push_back(static_cast<char>(c));
+      if (seen[c]) index[c] = static_cast<unsigned char>(d.vocab.size()), d.vocab.push_back(static_cast<char>(c));
     d.V = static_cast<int64_t>(d.vocab.size());
-    for (unsigned char c : text) d.ids.push_back(index[c]);
+    for (char& c : text) c = static_cast<char>(index[static_cast<unsigned char>(c)]);
   }
-  d.split = d.ids.size() * 9 / 10;
-  const size_t need = static_cast<size_t>(block) + 1;  // one block and its next token
-  if (d.split < need || d.ids.size() - d.split < need)
-    refuse(name + " has " + std::to_string(text.size()) + " bytes: too short for blocks of " + std::to_string(block) +
-           " tokens (its train and validation parts, 9:1, need " + std::to_string(need) + " tokens each)");
+  d.ids = TokenIds(std::move(text));
   d.identity = std::string(bytes ? "bytes" : "chars") + " vocab=" + std::to_string(d.V) +
-               " length=" + std::to_string(text.size()) + " crc32=" + std::to_string(io::crc32_of(text));
+               " length=" + std::to_string(length) + " crc32=" + std::to_string(crc);
   return d;
 }
 
@@ -111,8 +137,8 @@ void draw_batch(const Data& d, std::mt19937_64& rng, size_t begin, size_t end, i
   for (int64_t b = 0; b < B; ++b) {
     const size_t s = start(rng);
     if (starts) starts->push_back(s);
-    x.insert(x.end(), d.ids.begin() + static_cast<ptrdiff_t>(s), d.ids.begin() + static_cast<ptrdiff_t>(s) + T);
-    y.insert(y.end(), d.ids.begin() + static_cast<ptrdiff_t>(s) + 1, d.ids.begin() + static_cast<ptrdiff_t>(s) + T + 1);
+    for (size_t t = s; t < s + static_cast<size_t>(T); ++t) x.push_back(d.ids[t]);
+    for (size_t t = s + 1; t < s + static_cast<size_t>(T) + 1; ++t) y.push_back(d.ids[t]);
   }
 }
 
@@ -215,19 +241,17 @@ struct LogRow {
   double loss, val, lr, tokens_per_s;  // val: NaN where not evaluated
 };
 
-std::string plot_path(const std::string& log) {
-  return log.ends_with(".csv") ? log.substr(0, log.size() - 4) + ".svg" : log + ".svg";
-}
-
 // Rows of an earlier run's log up to `step` (a resumed run's history), or none if there is no file.
+// Their steps must be positive and rise from row to row, as a run writes them.
 std::vector<LogRow> read_log(const std::string& path, int64_t step) {
   std::vector<LogRow> rows;
-  if (!std::filesystem::exists(path)) return rows;
+  if (!io::file_exists(path)) return rows;
   std::istringstream in(io::read_file(path));
   std::string line;
   if (!std::getline(in, line) || line != "step,loss,val_loss,lr,tokens_per_s")
     refuse(path + " is not a gpt log (its first line is not 'step,loss,val_loss,lr,tokens_per_s'); "
                   "give another --log");
+  long long previous = 0;
   for (int n = 2; std::getline(in, line); ++n) {
     LogRow r{};
     char val[64] = "";
@@ -235,6 +259,10 @@ std::vector<LogRow> read_log(const std::string& path, int64_t step) {
     if (std::sscanf(line.c_str(), "%lld,%lf,%63[^,],%lf,%lf", &s, &r.loss, val, &r.lr, &r.tokens_per_s) != 5 &&
         std::sscanf(line.c_str(), "%lld,%lf,,%lf,%lf", &s, &r.loss, &r.lr, &r.tokens_per_s) != 4)
       refuse(path + ": line " + std::to_string(n) + " is not a log row: '" + line + "'");
+    if (s <= previous)
+      refuse(path + ": line " + std::to_string(n) + " is the row of step " + std::to_string(s) + ", after step " +
+             std::to_string(previous) + ": steps count up from 1 in a log gpt writes; give another --log");
+    previous = s;
     r.step = s;
     r.val = val[0] ? std::strtod(val, nullptr) : NAN;
     if (r.step <= step) rows.push_back(r);
@@ -246,20 +274,22 @@ std::vector<LogRow> read_log(const std::string& path, int64_t step) {
 std::string plot_svg(const std::vector<LogRow>& rows, const std::string& title) {
   const double W = 720, H = 420, left = 60, right = 20, top = 40, bottom = 50;
   double lo = INFINITY, hi = -INFINITY;
-  int64_t s0 = rows.empty() ? 0 : rows.front().step, s1 = rows.empty() ? 1 : rows.back().step;
+  const int64_t s0 = rows.empty() ? 0 : rows.front().step, s1 = rows.empty() ? 1 : rows.back().step;
   for (const LogRow& r : rows)
     for (double v : {r.loss, r.val})
       if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
   if (!(lo < hi)) lo = std::isfinite(lo) ? lo - 1 : 0, hi = lo + 2;
-  if (s1 == s0) s1 = s0 + 1;
-  auto X = [&](double s) { return left + (s - static_cast<double>(s0)) / static_cast<double>(s1 - s0) * (W - left - right); };
+  // the step axis in doubles: any two int64 steps have a finite span (read_log keeps them positive)
+  const double first = static_cast<double>(s0), span = s1 > s0 ? static_cast<double>(s1) - first : 1.0;
+  auto X = [&](double s) { return left + (s - first) / span * (W - left - right); };
   auto Y = [&](double v) { return top + (hi - v) / (hi - lo) * (H - top - bottom); };
   std::ostringstream o;
   o.setf(std::ios::fixed);
   o.precision(1);
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << ' '
     << H << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    << "<text x=\"" << W / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">" << title << "</text>\n";
+    << "<text x=\"" << W / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">" << io::xml_text(title)
+    << "</text>\n";
   for (int k = 0; k <= 4; ++k) {  // loss grid lines and labels
     const double v = lo + (hi - lo) * k / 4;
     o << "<line x1=\"" << left << "\" x2=\"" << W - right << "\" y1=\"" << Y(v) << "\" y2=\"" << Y(v)
@@ -269,7 +299,7 @@ std::string plot_svg(const std::vector<LogRow>& rows, const std::string& title) 
     o.precision(1);
   }
   for (int k = 0; k <= 4; ++k) {
-    const double s = static_cast<double>(s0) + static_cast<double>(s1 - s0) * k / 4;
+    const double s = first + span * k / 4;
     o << "<text x=\"" << X(s) << "\" y=\"" << H - bottom + 18 << "\" text-anchor=\"middle\">" << std::llround(s)
       << "</text>\n";
   }
@@ -314,7 +344,9 @@ std::string decode(const std::string& vocab, const std::vector<int32_t>& ids) {
 }
 
 // n tokens after `context`, each drawn from softmax(logits / temperature) of the last position,
-// restricted to the top_k most likely tokens (0: all), in eval mode without a tape.
+// restricted to the top_k most likely tokens (0: all), in eval mode without a tape. The weights are
+// exp((z - max z) / temperature): every exponent is at most 0, so no temperature, however small,
+// overflows them (a tiny one picks the most likely token), and the largest weight is 1.
 std::vector<int32_t> generate(GPT& model, Graph& g, std::vector<int32_t> context, int64_t n, double temperature,
                               int64_t top_k, uint64_t seed, Device device) {
   model.eval();
@@ -331,7 +363,8 @@ std::vector<int32_t> generate(GPT& model, Graph& g, std::vector<int32_t> context
     Var logits = model(g.input(Tensor::from_vector(window, Shape{1, t}, device)),
                        g.input(Tensor::from_vector(positions, Shape{t}, device)));
     std::vector<double> z = ops::slice(logits, 1, t - 1, t).value().to_doubles();  // (V,)
-    for (double& v : z) v /= temperature;
+    if (!std::all_of(z.begin(), z.end(), [](double v) { return std::isfinite(v); }))
+      refuse("the model's logits are not finite: its weights hold a NaN or an infinity");
     if (top_k > 0 && top_k < static_cast<int64_t>(z.size())) {
       std::vector<double> sorted(z);
       std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<>());
@@ -340,7 +373,7 @@ std::vector<int32_t> generate(GPT& model, Graph& g, std::vector<int32_t> context
         if (v < kth) v = -INFINITY;
     }
     const double top = *std::max_element(z.begin(), z.end());
-    for (double& v : z) v = std::exp(v - top);
+    for (double& v : z) v = std::exp((v - top) / temperature);
     std::discrete_distribution<int32_t> pick(z.begin(), z.end());
     const int32_t next = pick(rng);
     context.push_back(next);
@@ -371,7 +404,10 @@ Preset preset(const std::string& name) {
   return p;
 }
 
-int train(const TrainOptions& o) {
+// train's body, on every rank of the job `comm` joined on `device`. On rank 0, Outputs
+// (outputs.hpp) checked the files and holds their locks, and puts them back when this throws; the
+// other ranks write nothing (outputs is null).
+static int train_steps(const TrainOptions& o, dist::Communicator& job, Device device, Outputs* outputs) {
   Preset p = o.preset;
   Config& c = p.model;
   if (c.value_embeds > c.layers)
@@ -385,30 +421,22 @@ int train(const TrainOptions& o) {
     refuse("--autocast bf16 casts f32 products; it needs --dtype f32, not " + std::string(dtype_name(o.dtype)));
   if (o.cast_weights && c.products != DType::bf16)
     refuse("--cast-weights chooses how --autocast bf16 makes its bf16 weights; without it nothing is cast");
-  Device device = parse_device(o.device);
   if (o.graph && (!device.is_cuda() || c.dropout > 0 || !o.dump_tape.empty() || !o.trace.empty()))
     refuse("--graph replays one captured step: it needs --device cuda, --dropout 0 (a replay would repeat the "
            "mask), and neither --dump-tape nor --trace");
   if (o.random_tokens && (!o.data.empty() || o.bytes)) refuse("--tokens random takes no --data");
 
-  // The job (docs/distributed.md): this process is rank r of N, under mpirun or from TAPEGRAD_RANK
-  // and its kin, or alone; each of the N ranks runs A micro-batches a step.
-  const dist::Placement place = dist::placement_from_environment();
-#if TAPEGRAD_WITH_CUDA
-  if (device.is_cuda() && o.device == "cuda" && place.size > 1 && cuda::device_count() > 0)
-    device = Device::cuda(place.local_rank % cuda::device_count());  // one GPU a rank on each host
-#endif
+  // The job (docs/distributed.md): this process is rank r of N; each of the N ranks runs A
+  // micro-batches a step.
+  dist::Communicator* comm = &job;
   const bool sparse_ve = c.value_embeds > 0 && c.ve_mode == ValueEmbeds::sparse;
   const int64_t A = o.accumulate;
-  if (sparse_ve && (A > 1 || place.size > 1 || o.dist))
+  if (sparse_ve && (A > 1 || comm->size() > 1 || o.dist))
     refuse("sparse value embeddings add into a buffer of their own, outside the step's ordered sum of micro-batches: "
            "with --accumulate, several ranks or --dist, use --value-embeds-dense");
-  if (!o.trace.empty() && (A > 1 || place.size > 1))
+  if (!o.trace.empty() && (A > 1 || comm->size() > 1))
     refuse("--trace records the steps of one process with one micro-batch each (the PyTorch parity test): it takes "
            "neither --accumulate nor several ranks");
-  if (device.is_cpu() && place.local_size > 1 && !std::getenv("TAPEGRAD_NUM_THREADS"))
-    set_num_threads(std::max(1, num_threads() / place.local_size));  // the host's cores shared by its ranks
-  std::unique_ptr<dist::Communicator> comm = dist::connect(device, o.dist);
   const int N = comm->size();
   const bool lead = comm->rank() == 0;  // rank 0 prints and writes
   const int64_t M = N * A;              // the micro-batches of a step, over the whole job
@@ -436,17 +464,17 @@ int train(const TrainOptions& o) {
   nn::StateDictFile info;
   int64_t step = 0;
   if (o.resume) {
-    if (!std::filesystem::exists(o.checkpoint)) refuse("no checkpoint at " + o.checkpoint + " to resume from");
+    if (!io::file_exists(o.checkpoint)) refuse("no checkpoint at " + o.checkpoint + " to resume from");
     saved = nn::load_tensors(o.checkpoint, &info);
     check_same_settings(o.checkpoint, info.learner, settings, N, A);
     if (info.data != data.identity)
       refuse(o.checkpoint + " was trained on other data (" + info.data + "), not this run's (" + data.identity + ")");
     if (info.seed != std::to_string(o.seed)) refuse(o.checkpoint + " was trained with --seed " + info.seed);
+    if (info.step > static_cast<uint64_t>(o.steps))  // compared unsigned: a step of 2^63 or more is no negative
+      refuse(o.checkpoint + " is at step " + std::to_string(info.step) + ", past --steps " + std::to_string(o.steps));
     step = static_cast<int64_t>(info.step);
-    if (step > o.steps)
-      refuse(o.checkpoint + " is at step " + std::to_string(step) + ", past --steps " + std::to_string(o.steps));
     same_on_every_rank("checkpoint " + o.checkpoint, io::read_file(o.checkpoint));
-  } else if (!o.checkpoint.empty() && std::filesystem::exists(o.checkpoint) && !o.force) {
+  } else if (!o.checkpoint.empty() && io::file_exists(o.checkpoint) && !o.force) {
     refuse(o.checkpoint + " exists: pass --resume to continue it, or --force to replace it");
   }
   std::vector<LogRow> log;
@@ -479,6 +507,9 @@ int train(const TrainOptions& o) {
   }
   const optim::WarmupCosine schedule(p.lr, p.warmup, p.decay_steps, p.min_lr);
   if (o.resume) {  // the checks of each load run before it changes anything
+    std::vector<optim::AdamWConfig> run_groups;
+    for (size_t i = 0; i < groups.size(); ++i) run_groups.push_back(zero ? zero->group(i) : adamw->group(i));
+    check_adamw_settings(o.checkpoint, saved, run_groups);
     nn::load_state_dict(model, nn::under(saved, "model."));
     const optim::NamedTensors state = nn::under(saved, "adamw.", false);
     if (zero) zero->load_state(state);
@@ -551,9 +582,11 @@ int train(const TrainOptions& o) {
       std::vector<uint8_t> v(data.vocab.begin(), data.vocab.end());
       t.emplace_back("vocab", Tensor::from_vector(v, Shape{data.V}));
     }
-    if (lead)
+    if (lead) {
       nn::save_tensors(o.checkpoint, t, {.learner = settings, .data = data.identity, .seed = std::to_string(o.seed),
                                          .step = static_cast<uint64_t>(at)});
+      if (outputs) outputs->committed(at);  // the log written before it goes with it
+    }
     if (N > 1) comm->barrier();
     comm->set_phase(phase);
   };
@@ -690,6 +723,7 @@ int train(const TrainOptions& o) {
         Var loss = loss_of(x, y, buffer);
         BackwardRecord record;
         const bool dump = step == first && j == 0 && lead && !o.dump_tape.empty();
+        if (dump) check_dump_size(g, o.dump_tape);  // before the recorded backward: Note [what a dump costs]
         g.backward(loss, dp.backward_options(j, {.record = dump ? &record : nullptr, .free_activation_grads = true}));
         if (dump) {
           DumpOptions options;
@@ -711,6 +745,7 @@ int train(const TrainOptions& o) {
 
     // the step's loss: the mean of its M micro-batches' losses, in micro-batch order
     const double value = dist::pairwise_mean(N == 1 ? losses : dist::gather_doubles(*comm, losses));
+    check_loss(value, step);  // the same on every rank: all stop
     if (replay_only) {
       const Counts after = counts();
       in_replays.mallocs += replayed.mallocs - before.mallocs;
@@ -744,10 +779,10 @@ int train(const TrainOptions& o) {
       trace_lr.push_back(lr);
     }
     log.push_back({step, value, val, lr, tokens_per_s});
-    const bool last = step == o.steps;
-    if (!o.checkpoint.empty() && (last || (o.save_every && step % o.save_every == 0))) save(step);
-    if (lead && !o.log.empty() && (last || std::isfinite(val) || (o.save_every && step % o.save_every == 0)))
-      write_log(o.log, log, title);
+    // the log, then the checkpoint; the last step's files are written after the loop, the trace first
+    const bool last = step == o.steps, save_now = !last && !o.checkpoint.empty() && o.save_every && step % o.save_every == 0;
+    if (lead && !last && !o.log.empty() && (std::isfinite(val) || save_now)) write_log(o.log, log, title);
+    if (save_now) save(step);
     if (lead && std::isfinite(val))
       std::printf("validation loss %.4f at step %lld (uniform guess %.4f)\n", val, static_cast<long long>(step),
                   std::log(static_cast<double>(data.V)));
@@ -786,12 +821,34 @@ int train(const TrainOptions& o) {
     trace.emplace_back("config", Tensor::from_vector(shape, Shape{7}));  // L, H, C, T, B, P, G (1: tanh GELU)
     nn::export_safetensors(o.trace, trace);
   }
+  if (step > first) {  // the run's last files: the log, then the checkpoint, the last of all
+    if (lead && !o.log.empty()) write_log(o.log, log, title);
+    if (!o.checkpoint.empty()) save(step);  // every rank: ZeRO-1's gather and the wait are collective
+  }
   if (lead && o.sample_tokens > 0) {
-    const std::vector<int32_t> prompt(data.ids.begin(), data.ids.begin() + std::min<int64_t>(T, 16));
+    const std::vector<int32_t> prompt = data.ids.first(static_cast<size_t>(std::min<int64_t>(T, 16)));
     const auto out = generate(model, g, prompt, o.sample_tokens, 0.8, 0, o.seed, device);
     std::printf("sample: %s\n", (decode(data.vocab, prompt) + decode(data.vocab, out)).c_str());
   }
   return 0;
+}
+
+int train(const TrainOptions& o) {
+  // The job first (docs/distributed.md): under mpirun or from TAPEGRAD_RANK and its kin, or alone.
+  // Rank 0 alone checks, locks and writes the outputs; a refusal there ends every rank (main calls
+  // dist::abort_job), so none waits for it.
+  Device device = parse_device(o.device);
+  const dist::Placement place = dist::placement_from_environment();
+#if TAPEGRAD_WITH_CUDA
+  if (device.is_cuda() && o.device == "cuda" && place.size > 1 && cuda::device_count() > 0)
+    device = Device::cuda(place.local_rank % cuda::device_count());  // one GPU a rank on each host
+#endif
+  if (device.is_cpu() && place.local_size > 1 && !std::getenv("TAPEGRAD_NUM_THREADS"))
+    set_num_threads(std::max(1, num_threads() / place.local_size));  // the host's cores shared by its ranks
+  const std::unique_ptr<dist::Communicator> comm = dist::connect(device, o.dist);
+  if (comm->rank() != 0) return train_steps(o, *comm, device, nullptr);
+  Outputs outputs(o);
+  return outputs.run([&] { return train_steps(o, *comm, device, &outputs); });
 }
 
 int sample(const SampleOptions& o) {
@@ -809,15 +866,14 @@ int sample(const SampleOptions& o) {
   c.dim = field_int(f, path, "dim", 1, 65536);
   c.block = field_int(f, path, "block", 1, 1 << 20);
   c.value_embeds = field_int(f, path, "value_embeds", 0, c.layers);
-  c.ve_mode = f.count("ve_mode") && f.at("ve_mode") == "dense" ? ValueEmbeds::dense : ValueEmbeds::sparse;
-  const bool bytes = f.count("tokens") && f.at("tokens") == "byte";
-  if (f.count("tokens") && f.at("tokens") == "random")
-    refuse(path + " was trained on random tokens (--tokens random): there is no text to sample");
-  const DType dtype = f.count("dtype") && f.at("dtype") == "f64" ? DType::f64 : DType::f32;
-  c.products = f.count("products") && f.at("products") == "bf16" ? DType::bf16 : DType::f32;
-  if (f.count("gelu") && f.at("gelu") != "exact" && f.at("gelu") != "tanh")
-    refuse(path + ": its settings say gelu=" + f.at("gelu") + ", which is neither exact nor tanh");
-  c.gelu_tanh = f.count("gelu") && f.at("gelu") == "tanh";
+  // each setting one of its values (the first when absent: what older checkpoints ran with)
+  c.ve_mode = setting(f, path, "ve_mode", {"sparse", "dense"}) == "dense" ? ValueEmbeds::dense : ValueEmbeds::sparse;
+  const std::string tokens = setting(f, path, "tokens", {"char", "byte", "random"});
+  const bool bytes = tokens == "byte";
+  if (tokens == "random") refuse(path + " was trained on random tokens (--tokens random): there is no text to sample");
+  const DType dtype = setting(f, path, "dtype", {"f32", "f64"}) == "f64" ? DType::f64 : DType::f32;
+  c.products = setting(f, path, "products", {"f32", "bf16"}) == "bf16" ? DType::bf16 : DType::f32;
+  c.gelu_tanh = setting(f, path, "gelu", {"exact", "tanh"}) == "tanh";
   std::string vocab;
   if (!bytes) {
     auto it = std::find_if(saved.begin(), saved.end(), [](const auto& e) { return e.first == "vocab"; });
@@ -827,6 +883,7 @@ int sample(const SampleOptions& o) {
     vocab.assign(reinterpret_cast<const char*>(v.raw_data()), static_cast<size_t>(v.numel()));
   }
   c.vocab = bytes ? 256 : static_cast<int64_t>(vocab.size());
+  check_model_size(path, c, saved);  // before a byte of the model is allocated
 
   Graph g;
   Generator gen(0);

@@ -335,6 +335,7 @@ void ShardedAdamW::scheduled_step(size_t slot, const Tensor& grad_scale) {
 }
 
 void ShardedAdamW::set_lr(double lr) { adamw_->set_lr(lr); }
+const optim::AdamWConfig& ShardedAdamW::group(size_t i) const { return adamw_->group(i); }
 uint64_t ShardedAdamW::step_count() const { return adamw_->step_count(); }
 void ShardedAdamW::set_step_count(uint64_t t) { adamw_->set_step_count(t); }
 

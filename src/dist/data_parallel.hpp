@@ -154,6 +154,7 @@ class ShardedAdamW {
   void write_schedule(uint64_t t, size_t n);
   void scheduled_step(size_t slot, const Tensor& grad_scale = Tensor());
   void set_lr(double lr);
+  const optim::AdamWConfig& group(size_t i) const;  // group i's hyperparameters, as AdamW::group's
   uint64_t step_count() const;
   void set_step_count(uint64_t t);
 

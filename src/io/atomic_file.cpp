@@ -1,6 +1,7 @@
 // Whole-file reads and atomic whole-file writes (see atomic_file.hpp).
 //
-// Rule: resolve the target through its symbolic links, remove its dead writers' temporary files,
+// Rule: resolve the target through its symbolic links (following only those the kernel would
+// follow), refuse a target that is not a regular file, remove its dead writers' temporary files,
 // write to a unique temporary file in the target's folder (O_EXCL, so two writers never share
 // one), fsync it, rename it over the target, then fsync the folder so the rename itself is on
 // disk. Any failure before the rename removes the temporary file.
@@ -32,6 +33,29 @@ std::string folder_of(const std::string& path) {
   return folder.empty() ? "." : folder;
 }
 
+// Note [links in sticky folders]
+// The kernel follows a symbolic link in a sticky folder that anyone may write to (/tmp) only when
+// the link belongs to the follower or to the folder's owner (fs.protected_symlinks, on by default
+// on most systems): otherwise another user could plant /tmp/x/run.csv -> /root/private.txt and
+// have root's program write there. write_file_atomic resolves links itself (it must rename over
+// the final target, never over the link), so the kernel's check never runs: follow_allowed is that
+// check, applied at every hop, whatever the sysctl says. A refused link is named with its owner.
+
+// Whether the kernel's fs.protected_symlinks would let this process follow the link at `at`
+// (`link` is its lstat). Else throws, naming `path` (what the caller asked for) and the link.
+void check_follow(const std::string& path, const std::string& at, const struct stat& link) {
+  const std::string folder = folder_of(at);
+  struct stat dir {};
+  if (::stat(folder.c_str(), &dir) != 0) return;  // the link was just read from it: gone since, the write fails later
+  const bool sticky_shared = (dir.st_mode & S_ISVTX) != 0 && (dir.st_mode & S_IWOTH) != 0;
+  if (!sticky_shared || link.st_uid == ::geteuid() || link.st_uid == dir.st_uid) return;
+  throw Error("cannot write " + path + ": " + (at == path ? std::string("it") : at) +
+              " is a symbolic link owned by uid " + std::to_string(link.st_uid) + " in the sticky world-writable folder " +
+              folder + ", neither this user's (uid " + std::to_string(::geteuid()) + ") nor the folder owner's (uid " +
+              std::to_string(dir.st_uid) + "): not followed, as the kernel's fs.protected_symlinks would not; " +
+              "nothing was written");
+}
+
 // The file that writing `path` must replace: `path` itself, or the file its chain of symbolic
 // links ends at (which may not exist yet). Relative links are read from the link's own folder.
 std::string final_target(const std::string& path) {
@@ -40,13 +64,24 @@ std::string final_target(const std::string& path) {
   for (int hop = 0; hop < max_links; ++hop) {
     struct stat info {};
     if (::lstat(at.c_str(), &info) != 0 || !S_ISLNK(info.st_mode)) return at;
+    check_follow(path, at, info);
     std::error_code error;
     const std::filesystem::path link = std::filesystem::read_symlink(at, error);
     if (error) throw Error("cannot write " + path + ": cannot read the symbolic link " + at + ": " + error.message());
-    at = link.is_absolute() ? link.string() : (std::filesystem::path(folder_of(at)) / link).string();
+    at = (std::filesystem::path(at).parent_path() / link).string();  // an absolute link replaces the folder
   }
   throw Error("cannot write " + path + ": more than " + std::to_string(max_links) +
               " symbolic links to follow (a loop?)");
+}
+
+// Refuses a target that exists and is not a regular file (the rule for special files).
+void check_regular(const std::string& path, const std::string& target) {
+  struct stat info {};
+  // absent: the write creates it (any other failure to look is the write's to report)
+  if (::lstat(target.c_str(), &info) != 0 || S_ISREG(info.st_mode)) return;
+  throw Error("cannot write " + path + ": " + (target == path ? std::string("it") : "its target " + target) +
+              " is not a regular file (" + file_type_name(info.st_mode) +
+              "); only regular files are replaced, and nothing was written");
 }
 
 // The pid in `name` if it is exactly ".<file>.tmp-<pid>-<counter>-<random>", else -1.
@@ -89,6 +124,9 @@ void remove_stale_temporaries(const std::string& target) {
 }
 
 // A temporary name next to the target: ".<name>.tmp-<pid>-<counter>-<random>".
+// The most bytes it adds to the target's name: the dot, ".tmp-", a pid and a counter of up to 10
+// digits each, two dashes and 6 random digits.
+constexpr size_t kTemporarySuffixBytes = 1 + 5 + 10 + 1 + 10 + 1 + 6;
 std::string temporary_name(const std::string& path) {
   static std::atomic<unsigned> counter{0};
   static thread_local std::mt19937_64 random{std::random_device{}()};
@@ -150,6 +188,7 @@ void sync_folder(const std::string& path) {
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
   const std::string target = final_target(path);
+  check_regular(path, target);
   remove_stale_temporaries(target);
   std::string temp_path;
   const int fd = create_temporary(target, temp_path);
@@ -178,18 +217,48 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   sync_folder(target);
 }
 
-namespace {
+std::string write_target(const std::string& path) { return final_target(path); }
+
+void check_output(const std::string& path) {
+  const std::string target = final_target(path);
+  const std::string named = target == path ? path : path + " (its target " + target + ")";
+  struct stat info {};
+  if (::lstat(target.c_str(), &info) == 0) {
+    check_regular(path, target);
+  } else if (const int err = errno; err != ENOENT) {  // a name too long, a folder that cannot be searched, ...
+    throw Error("cannot write " + named + ": " + reason(err));
+  }
+  const std::string folder = folder_of(target);
+  struct stat dir {};
+  if (::stat(folder.c_str(), &dir) != 0) {
+    const int err = errno;
+    throw Error("cannot write " + named + ": its folder " + folder +
+                (err == ENOENT ? std::string(" does not exist") : ": " + reason(err)));
+  }
+  if (!S_ISDIR(dir.st_mode)) throw Error("cannot write " + named + ": " + folder + " is not a folder");
+  if (::faccessat(AT_FDCWD, folder.c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+    const int err = errno;
+    throw Error("cannot write " + named + ": its folder " + folder + " is not writable (" + reason(err) + ")");
+  }
+  const size_t name_bytes = std::filesystem::path(target).filename().string().size();
+  errno = 0;
+  const long name_max = ::pathconf(folder.c_str(), _PC_NAME_MAX);
+  if (name_max > 0 && name_bytes + kTemporarySuffixBytes > static_cast<size_t>(name_max))
+    throw Error("cannot write " + named + ": its name is " + std::to_string(name_bytes) + " bytes; the temporary " +
+                "file beside it adds up to " + std::to_string(kTemporarySuffixBytes) + ", and " + folder +
+                " takes names of at most " + std::to_string(name_max) + " bytes");
+}
 
 const char* file_type_name(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
   if (S_ISDIR(mode)) return "a directory";
   if (S_ISFIFO(mode)) return "a FIFO";
   if (S_ISCHR(mode)) return "a character device";
   if (S_ISBLK(mode)) return "a block device";
   if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
   return "not a plain file";
 }
-
-}  // namespace
 
 std::string read_file(const std::string& path, size_t max_bytes) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
@@ -233,7 +302,10 @@ std::string read_file(const std::string& path, size_t max_bytes) {
 
 bool file_exists(const std::string& path) {
   struct stat info {};
-  return ::stat(path.c_str(), &info) == 0;
+  if (::stat(path.c_str(), &info) == 0) return true;
+  const int err = errno;
+  if (err == ENOENT || err == ENOTDIR) return false;
+  throw Error("cannot tell whether " + path + " exists: " + reason(err));
 }
 
 }  // namespace tapegrad::io

@@ -8,7 +8,18 @@
 // Rule (symbolic links): a write goes through to the final target. When `path` is a symbolic link
 // (or a chain of them), the temporary file is made in the folder of the file the last link names,
 // and renamed over that file; the links stay links and read the new bytes. A link whose target
-// does not exist yet creates it.
+// does not exist yet creates it. A link is followed only where the kernel's fs.protected_symlinks
+// would follow it (Note [links in sticky folders] in atomic_file.cpp): one in a sticky folder that
+// anyone may write to (/tmp) must belong to this process's user or to the folder's owner; any
+// other is refused by name ("... is a symbolic link owned by uid 65534 in the sticky world-
+// writable folder /tmp/x ...: not followed"), and nothing is written. A loop is refused.
+//
+// Rule (special files): a write replaces regular files only. A target that exists and is not a
+// regular file (a FIFO, a device such as /dev/null, a socket, a folder) is refused, "cannot write
+// P: it is not a regular file (a FIFO); only regular files are replaced", and nothing is written:
+// renaming over it would replace the node itself (as root, /dev/null would become a regular
+// file), and writing into it could block forever and is not atomic. A program that wants its
+// output on a pipe writes to standard output.
 //
 // Rule (stale temporary files): temporary files are named ".<name>.tmp-<pid>-<counter>-<random>".
 // A writer killed before its rename leaves one behind; so before writing a target, the write
@@ -23,6 +34,8 @@
 // passes its own format's bound.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -35,11 +48,30 @@ inline constexpr size_t kDefaultMaxReadBytes = size_t{1} << 30;
 // Replaces (or creates) `path` with exactly `bytes`, atomically and durably.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
+// The file a write of `path` replaces: `path` itself, or the file its chain of symbolic links ends at
+// (which may not exist yet), after the rule for links above. Throws tapegrad::Error naming `path`
+// for a loop, a link not to follow, or a link that cannot be read.
+std::string write_target(const std::string& path);
+
+// Refuses now, before a program does its work, a `path` that write_file_atomic would refuse or could
+// not write for a reason known in advance: a link not to follow or a loop, a special file, a folder
+// that does not exist or that this process cannot write and search, a name too long for its folder
+// (with the temporary file's suffix). Throws tapegrad::Error "cannot write P: ..." naming the path;
+// nothing is created. (What cannot be known in advance, a full disk, is still found by the write.)
+void check_output(const std::string& path);
+
 // The whole file, byte for byte. Throws tapegrad::Error naming the path if it cannot be read, is
 // not a regular file, or holds more than `max_bytes` bytes.
 std::string read_file(const std::string& path, size_t max_bytes = kDefaultMaxReadBytes);
 
-// Whether something exists at `path` (following symbolic links).
+// Whether something exists at `path` (following symbolic links): false when nothing does (no such
+// file, or a component of the path is not a folder). Any other failure to tell (a link loop, a
+// name too long, a folder that cannot be searched) throws tapegrad::Error naming the path: it is
+// not "absent".
 bool file_exists(const std::string& path);
+
+// What kind of file `mode` (stat's st_mode) names, for messages: "a FIFO", "a character device",
+// "a directory", "a socket", ...
+const char* file_type_name(mode_t mode);
 
 }  // namespace tapegrad::io

@@ -7,6 +7,8 @@
 // names another inode, or none) and starts again.
 #include "tapegrad/io/file_lock.hpp"
 
+#include "tapegrad/io/atomic_file.hpp"
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -88,12 +90,6 @@ FileLock::~FileLock() {
   ::close(fd_);
 }
 
-std::string lock_path_for(const std::string& target) {
-  std::error_code error;
-  const std::filesystem::path final_target = std::filesystem::is_symlink(target, error)
-                                                 ? std::filesystem::weakly_canonical(target, error)
-                                                 : std::filesystem::path(target);
-  return (error ? std::filesystem::path(target) : final_target).string() + ".lock";
-}
+std::string lock_path_for(const std::string& target) { return write_target(target) + ".lock"; }
 
 }  // namespace tapegrad::io

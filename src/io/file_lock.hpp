@@ -38,8 +38,9 @@ class FileLock {
   int fd_ = -1;
 };
 
-// Where the lock of `target` lives: "<target>.lock" next to the file `target` finally names (a
-// symbolic link is followed, so two links to one file share its lock).
+// Where the lock of `target` lives: "<target>.lock" next to the file a write of `target` replaces
+// (io::write_target: a symbolic link is followed as a write follows it, so two links to one file
+// share its lock; one a write would refuse to follow is refused here too, by name).
 std::string lock_path_for(const std::string& target);
 
 }  // namespace tapegrad::io

@@ -12,6 +12,7 @@
 
 #include "tapegrad/graph/gradcheck.hpp"
 #include "tapegrad/io/atomic_file.hpp"
+#include "tapegrad/io/text.hpp"
 #include "tapegrad/ops/op_table.hpp"
 
 namespace tapegrad {
@@ -151,9 +152,19 @@ json::Value value_json(const Graph& g, int32_t id, size_t index, const std::vect
 // record, so until a set or an overwrite replaces it, "after" is null.
 class Replay {
  public:
-  explicit Replay(const Graph& g) : g_(g) {}
+  // `events`: all the record's events, so that each slot is freed after its value's last one.
+  Replay(const Graph& g, const std::vector<GradEvent>& events) : g_(g) {
+    for (const GradEvent& ev : events) ++events_left_[ev.to_value];
+  }
 
   json::Value after(const GradEvent& ev, const DumpOptions& o) {
+    json::Value result = replay(ev, o);
+    if (--events_left_[ev.to_value] == 0) slots_.erase(ev.to_value);  // its last event: the f64 sum goes
+    return result;
+  }
+
+ private:
+  json::Value replay(const GradEvent& ev, const DumpOptions& o) {
     Slot& slot = slots_[ev.to_value];
     if (slot.grad.empty()) {
       const size_t n = static_cast<size_t>(g_.value(ev.to_value).data.numel());
@@ -181,13 +192,13 @@ class Replay {
     return tensor_json(part, ev.contribution.shape(), ev.contribution.dtype(), o);
   }
 
- private:
   struct Slot {
     std::vector<double> grad;
     std::vector<bool> known;  // false: still holds an unrecorded gradient from before this pass
   };
   const Graph& g_;
   std::map<int32_t, Slot> slots_;
+  std::map<int32_t, size_t> events_left_;
 };
 
 json::Value backward_json(const Graph& g, const BackwardRecord& record, const DumpOptions& o) {
@@ -202,7 +213,7 @@ json::Value backward_json(const Graph& g, const BackwardRecord& record, const Du
     check_node(i);
     visits.emplace_back(i);
   }
-  Replay replay(g);
+  Replay replay(g, record.events);
   json::Value::Array events;
   for (const GradEvent& ev : record.events) {
     check_node(ev.node);
@@ -268,7 +279,7 @@ json::Value tape_dump(const Graph& g, const BackwardRecord* record, const DumpOp
   json::Value d = json::Value::Object{};
   d.set("format", kTapeFormat);
   d.set("version", kTapeVersion);
-  d.set("title", options.title);
+  d.set("title", io::valid_utf8(options.title));
   d.set("mode", options.overwrite_bug ? "overwrite-bug" : "accumulate");
   json::Value limits = json::Value::Object{};
   limits.set("whole", options.whole_limit);
@@ -291,6 +302,33 @@ json::Value tape_dump(const Graph& g, const BackwardRecord* record, const DumpOp
   d.set("backward", record ? backward_json(g, *record, options) : json::Value());
   d.set("gradient_check", options.gradient_check ? gradient_check_json(g, *options.gradient_check) : json::Value());
   return d;
+}
+
+// Note [what a dump costs]
+// A step's memory holds its values (and, as each node's backward runs, the gradients in flight).
+// A step recorded for a dump holds more, for every number of the tape: its gradient, kept to the
+// end (free_activation_grads is off while recording), a copy of each contribution to it
+// (BackwardRecord), and, while the dump is made, the running sum of its contributions in f64
+// (Replay, each freed after its value's last event) and a double of it at a time (to_doubles).
+// So a dump costs several bytes a number beside the step's own (docs/reliability.md has a measured
+// figure): kMaxDumpNumbers (2^25; examples/gpt's tiny config's tape holds about a sixth of it)
+// keeps that to hundreds of megabytes, and a larger tape is refused, saying so, before the recorded
+// backward runs. A dump's file stays small whatever the tape (a large tensor is written as
+// statistics and its first elements), so the bound is the memory's, not the file's.
+
+int64_t tape_numbers(const Graph& g) {
+  int64_t n = 0;
+  for (size_t i = 0; i < g.parameter_count(); ++i) n += g.value(-static_cast<int32_t>(i) - 1).data.numel();
+  for (size_t i = 0; i < g.value_count(); ++i) n += g.value(static_cast<int32_t>(i)).data.numel();
+  return n;
+}
+
+void check_dump_size(const Graph& g, const std::string& path) {
+  const int64_t n = tape_numbers(g);
+  if (n <= kMaxDumpNumbers) return;
+  throw Error("cannot dump the tape to " + path + ": it holds " + std::to_string(n) + " numbers, more than the " +
+              std::to_string(kMaxDumpNumbers) + " a dump takes (recording its backward keeps every gradient and " +
+              "contribution beside the step's own memory: several times the tape's bytes); dump a smaller model");
 }
 
 void write_tape_dump(const std::string& path, const Graph& g, const BackwardRecord* record, const DumpOptions& options) {

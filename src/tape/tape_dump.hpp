@@ -10,6 +10,12 @@
 // - A value recorded inside a name scope (Graph::Scope) carries it ("scope": "h.0.attn"), so the
 //   viewers can group thousands of nodes by layer; a value outside every scope has no such field.
 // - Everything goes through the host (Tensor::to_doubles), whatever device the graph runs on.
+// - The title is free text (a program may put a user's path in it): invalid UTF-8 in it is written
+//   as U+FFFD (io::valid_utf8), never refused.
+// - A dump is for tapes a person can read, and costs memory in proportion to the tape: a backward
+//   recorded for it keeps every value's gradient and a copy of every contribution, and the dump
+//   replays each receiving gradient in f64. check_dump_size refuses, before that backward, a tape
+//   of more than kMaxDumpNumbers numbers (Note [what a dump costs] in tape_dump.cpp).
 // - A tensor of up to `whole_limit` elements is written whole; a larger one as statistics and its
 //   first `head` elements, marked "truncated": true with its element count.
 #pragma once
@@ -57,6 +63,16 @@ struct DumpOptions {
 // "backward": null and still every value's gradient. Throws tapegrad::Error when the record does
 // not belong to this tape or contradicts options.overwrite_bug, or when row names do not fit.
 json::Value tape_dump(const Graph& g, const BackwardRecord* record, const DumpOptions& options = {});
+
+// The most numbers (elements of values, parameters included) a tape may hold to be dumped: 2^25.
+inline constexpr int64_t kMaxDumpNumbers = int64_t{1} << 25;
+
+// The numbers g's tape holds: the elements of every value on it and of every parameter.
+int64_t tape_numbers(const Graph& g);
+
+// Refuses (tapegrad::Error, naming `path`, the tape's numbers and the bound) to dump a tape of more
+// than kMaxDumpNumbers numbers. Call it after the forward, before the backward it records.
+void check_dump_size(const Graph& g, const std::string& path);
 
 // json::dumps(tape_dump(...), 1) + "\n", written atomically to `path`.
 void write_tape_dump(const std::string& path, const Graph& g, const BackwardRecord* record,

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A hostile sweep over every program: bad flags, numbers out of range, files that are not what
 # they claim (truncated, flipped bytes, /dev/zero, a FIFO, a folder, a symlink loop, huge shapes),
-# outputs that cannot be written. Every invocation must end within its time limit with exit 0, 1
+# outputs that cannot be written, outputs that are a FIFO, a socket, an input, or a link another
+# user planted in a sticky folder. Every invocation must end within its time limit with exit 0, 1
 # or 2 (never a signal, never another code), say why when it is not 0 (on stderr; bob inspect's
-# verdict is its report, on stdout), and leave every input file byte for byte as it was. Prints one line a failing invocation, then "N passed, N
+# verdict is its report, on stdout), leave every input file byte for byte as it was, and leave the
+# FIFO a FIFO and the socket a socket. Prints one line a failing invocation, then "N passed, N
 # failed".
 #
 #   hostile_sweep.sh TINY_STEP BOB VALUE_EMBED TAPE
@@ -32,13 +34,20 @@ PY
 printf '{"vocab": ["a"], "inputs": ["a"], "targets": ["a"], "embed_dim": 99999999999999999999}' > "$work/big_dim.json"
 printf '{"vocab": ' > "$work/cut.json"
 mkfifo "$work/fifo"
+python3 -c "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])" "$work/sock"
+printf 'precious\n' > "$work/precious.txt"
+if [[ $(id -u) == 0 ]]; then  # a link to it that another user planted in a sticky folder anyone may write to
+  mkdir -m 1777 "$work/shared"
+  ln -s ../precious.txt "$work/shared/out" && chown -h 65534:65534 "$work/shared/out"
+fi
 mkdir "$work/folder"
 ln -s loop_b "$work/loop_a"
 ln -s loop_a "$work/loop_b"
 mkdir -p "$work/ro"
 chmod 555 "$work/ro"
 inputs=("$work/rec" "$work/good.ckpt" "$work/good.json" "$work/config.json" "$work/short.ckpt" "$work/flipped.ckpt"
-        "$work/short.rec" "$work/short.json" "$work/huge_shape.json" "$work/big_dim.json" "$work/cut.json")
+        "$work/short.rec" "$work/short.json" "$work/huge_shape.json" "$work/big_dim.json" "$work/cut.json"
+        "$work/precious.txt")
 sums() { for f in "${inputs[@]}"; do sha256sum "$f"; done; }
 before=$(sums)
 
@@ -56,6 +65,11 @@ run() {
   local now
   now=$(sums)
   if [[ $now != "$before" ]]; then why="${why:+$why; }an input file changed"; before=$now; fi
+  if [[ ! -p $work/fifo || ! -S $work/sock ]]; then
+    why="${why:+$why; }the FIFO or the socket was replaced"
+    rm -f "$work/fifo" "$work/sock" && mkfifo "$work/fifo"
+    python3 -c "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])" "$work/sock"
+  fi
   if [[ -n $why ]]; then
     echo "FAIL $name: $why: $(head -c 200 "$work/err" | tr '\n' ' ')"
     failed=$((failed + 1))
@@ -177,6 +191,26 @@ run "tape html no -o" 20 "$TAPE" html "$work/good.json"
 run "tape show good" 20 "$TAPE" show "$work/good.json"
 run "tape step good" 20 "$TAPE" step "$work/good.json"
 run "tape ops" 20 "$TAPE" ops
+
+# ---- every writer's outputs (io::write_file_atomic's rules): a FIFO, a socket, a planted link, an input
+run "tape dot -o fifo" 20 "$TAPE" dot "$work/good.json" -o "$work/fifo"
+run "tape html -o socket" 20 "$TAPE" html "$work/good.json" -o "$work/sock"
+run "tape html -o its input" 20 "$TAPE" html "$work/good.json" -o "$work/good.json"
+run "tape dot -o its input" 20 "$TAPE" dot "$work/good.json" -o "$work/good.json"
+run "tiny_step --write fifo" 20 "$TINY" --write "$work/fifo"
+run "tiny_step --dump-tape socket" 20 "$TINY" --dump-tape "$work/sock"
+run "tiny_step --write its --config" 20 "$TINY" --config "$work/config.json" --write "$work/config.json"
+run "value_embed --dump-tape fifo" 60 "$VE" --steps 2 --dump-tape "$work/fifo"
+run "bob fixture --out socket" 20 "$BOB" fixture --out "$work/sock"
+run "bob train --dump-tape fifo" 20 "$BOB" train --input "$work/rec" --checkpoint "$work/s1.ckpt" --fresh \
+  --dump-tape "$work/fifo"
+run "bob train --predictions its input" 20 "$BOB" train --input "$work/rec" --checkpoint "$work/s2.ckpt" --fresh \
+  --predictions "$work/rec"
+if [[ -L $work/shared/out ]]; then
+  run "tape dot -o a planted link" 20 "$TAPE" dot "$work/good.json" -o "$work/shared/out"
+  run "tiny_step --write a planted link" 20 "$TINY" --write "$work/shared/out"
+  run "bob fixture --out a planted link" 20 "$BOB" fixture --out "$work/shared/out"
+fi
 
 # flipped bytes, one at a time, through each reader
 for offset in 0 8 12 40 100 259 270 786690; do

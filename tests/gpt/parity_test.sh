@@ -8,6 +8,7 @@ set -uo pipefail
 gpt=$1 parity=$2 work=$3
 source "$(dirname "$0")/../skips.sh"
 need_torch "gpt parity"  # sets $python
+rm -f "$work"/parity_*.safetensors  # a trace is never replaced without --force
 "$gpt" train --steps 100 --trace "$work/parity_f32.safetensors" > "$work/parity_f32.log" || exit 1
 "$python" "$parity" "$work/parity_f32.safetensors" || exit 1
 "$gpt" train --steps 30 --value-embeds 2 --value-embeds-dense --trace "$work/parity_ve.safetensors" \

@@ -6,7 +6,8 @@
 // thousands of nodes cheaply (`gpt_dump big.json 500 2 8 16 2`).
 //
 //   gpt_dump FILE [LAYERS [B T C HEADS]]
-// prints "values V nodes N contributions E" and the step's and the dump's times.
+// prints "values V nodes N contributions E", the step's and the dump's times, and the numbers the
+// tape holds (tape_numbers: what check_dump_size bounds).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -75,8 +76,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpt_dump: %s\n", e.what());
     return 2;
   }
-  std::printf("values %zu nodes %zu contributions %zu; step %.0f ms, dump %.0f ms; loss %.4f\n",
+  std::printf("values %zu nodes %zu contributions %zu; step %.0f ms, dump %.0f ms; loss %.4f; %lld numbers\n",
               g.value_count() + g.parameter_count(), g.nodes().size(), record.events.size(), step_ms, since(dumped),
-              loss.value().item());
+              loss.value().item(), static_cast<long long>(tape_numbers(g)));
   return 0;
 }

@@ -1,6 +1,7 @@
 // Tape dumps written by tapegrad::tape_dump and read back by apps/tape's reader: every field of
 // the format (docs/tape-format.md) compared against the graph and the record it came from, large
-// tensors cut with statistics, non-finite values, and the dumper's refusals by message.
+// tensors cut with statistics, non-finite values, a title of invalid UTF-8, the dumper's refusals
+// by message, and the bound on what it agrees to dump.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -268,6 +269,30 @@ TEST_CASE("the dumper refuses a record it cannot describe, by message") {
   CHECK_THROWS_WITH_AS(tape_dump(m.g, &record, bug),
                        "[tape_dump] the backward record names node 3 but the tape has 0 nodes; dump after "
                        "backward() and before clear()",
+                       Error);
+}
+
+TEST_CASE("a title of invalid UTF-8 (a user's path) is written with U+FFFD, not refused") {
+  Model m;
+  BackwardRecord record;
+  m.g.backward(m.loss, {.record = &record});
+  DumpOptions o;
+  o.title = "gpt tiny: bad\xff.txt";
+  CHECK(round_trip(m.g, &record, o).title == "gpt tiny: bad\xef\xbf\xbd.txt");
+}
+
+TEST_CASE("check_dump_size counts every number of the tape and refuses above kMaxDumpNumbers") {
+  Model m;
+  CHECK(tape_numbers(m.g) == 6 + 4 + 3 + 6 + 6 + 6 + 1);  // table, weights, ids, x, doubled, y, loss
+  CHECK_NOTHROW(check_dump_size(m.g, "t.json"));
+  Graph g;
+  g.input(Tensor::zeros(Shape{kMaxDumpNumbers}, DType::u8), "at the bound");
+  CHECK_NOTHROW(check_dump_size(g, "t.json"));
+  g.input(Tensor::zeros(Shape{1}, DType::u8), "one more");
+  CHECK_THROWS_WITH_AS(check_dump_size(g, "t.json"),
+                       "cannot dump the tape to t.json: it holds 33554433 numbers, more than the 33554432 a dump "
+                       "takes (recording its backward keeps every gradient and contribution beside the step's own "
+                       "memory: several times the tape's bytes); dump a smaller model",
                        Error);
 }
 
