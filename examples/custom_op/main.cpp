@@ -18,7 +18,7 @@ struct Softplus {
   template <class T>
   static void each(const Tensor& x, Tensor& y, T (*f)(T)) {
     const T* in = x.data<T>();
-    T* out = y.data<T>();
+    T* out = y.mutable_data<T>();
     for (int64_t i = 0; i < x.numel(); ++i) out[i] = f(in[i]);
   }
 

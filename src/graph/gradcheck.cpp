@@ -21,8 +21,8 @@ double loss_value(Graph& g, const LossFn& loss) {
 // Sets cell i of a host or device parameter tensor to `value` (converted to its dtype).
 void set_cell(Tensor& p, int64_t i, double value) {
   Tensor host = p.to(Device::cpu());
-  if (p.dtype() == DType::f64) host.data<double>()[i] = value;
-  else if (p.dtype() == DType::f32) host.data<float>()[i] = static_cast<float>(value);
+  if (p.dtype() == DType::f64) host.mutable_data<double>()[i] = value;
+  else if (p.dtype() == DType::f32) host.mutable_data<float>()[i] = static_cast<float>(value);
   else throw Error(std::string("[gradcheck] parameters must be f64 or f32, got ") + dtype_name(p.dtype()));
   if (!p.device().is_cpu()) p.copy_from(host);
 }

@@ -221,6 +221,23 @@ void Storage::destroy() noexcept {
   free_host_block(this, block);
 }
 
+void Tensor::undefined(const char* what) {
+  throw Error(std::string("[tensor] ") + what + " of an undefined tensor: it holds no value (a default-constructed "
+              "Tensor, or the gradient of a value no gradient reached, such as a parameter the loss did not use or "
+              "one after zero_grad()); check defined() first");
+}
+
+void* Tensor::host_data(DType want, const char* accessor) const {
+  if (!storage_) undefined(accessor);
+  if (want != dtype_)
+    throw Error(std::string("[tensor] ") + accessor + "<" + dtype_name(want) + ">() on a " + dtype_name(dtype_) +
+                " tensor");
+  if (!storage_->device.is_cpu())
+    throw Error(std::string("[tensor] ") + accessor + "<T>() on a " + storage_->device.str() +
+                " tensor; call .to(cpu) first");
+  return storage_->data;
+}
+
 void Tensor::check_count(size_t n, const Shape& shape) {
   if (static_cast<int64_t>(n) != shape.numel())
     throw Error("[tensor] " + std::to_string(n) + " values do not fill shape " + shape.str() + " (" +
@@ -287,6 +304,8 @@ Tensor Tensor::clone() const {
 }
 
 void Tensor::copy_from(const Tensor& src) {
+  if (!storage_) undefined("copy_from()");
+  if (!src.storage_) undefined("copy_from() from");
   if (!(src.shape_ == shape_) || src.dtype_ != dtype_)
     throw Error("[copy] cannot copy a " + std::string(dtype_name(src.dtype_)) + " " + src.shape_.str() +
                 " tensor into a " + dtype_name(dtype_) + " " + shape_.str() + " one");
@@ -297,6 +316,7 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
+  if (!storage_) undefined("reshape()");
   if (shape.numel() != numel())
     throw Error("[reshape] cannot reshape " + shape_.str() + " (" + std::to_string(numel()) + " elements) to " +
                 shape.str() + " (" + std::to_string(shape.numel()) + " elements)");
@@ -321,6 +341,7 @@ Tensor Tensor::flat_view(int64_t offset, const Shape& shape) const {
 }
 
 std::vector<double> Tensor::to_doubles() const {
+  if (!storage_) undefined("to_doubles()");
   Tensor h = to(Device::cpu());
   std::vector<double> out(static_cast<size_t>(numel()));
   for (size_t i = 0; i < out.size(); ++i) {
@@ -339,6 +360,7 @@ std::vector<double> Tensor::to_doubles() const {
 }
 
 double Tensor::item() const {
+  if (!storage_) undefined("item()");
   if (numel() != 1) throw Error("[item] needs a tensor of one element, got shape " + shape_.str());
   return to_doubles()[0];
 }

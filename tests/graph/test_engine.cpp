@@ -6,6 +6,8 @@
 #include <cmath>
 #include <span>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include "messages.hpp"
 #include "tapegrad/graph/gradcheck.hpp"
@@ -344,6 +346,46 @@ TEST_CASE("a parameter written in place between forward and backward is refused 
   g.clear();  // a fresh forward reads the new value
   g.backward(ops::sum(ops::mul(w, w)));
   CHECK(grad_of(w) == std::vector<double>{12});
+}
+
+// data<T>() reads (const T*, through any handle); a write goes through mutable_data<T>(), which
+// moves the version, so the engine catches it as it catches copy_from (issue 37: a write through
+// data<T>() once gave dw = 200 where 6 is right, without a word).
+static_assert(std::is_same_v<decltype(std::declval<Tensor&>().data<double>()), const double*>);
+static_assert(std::is_same_v<decltype(std::declval<const Tensor&>().data<float>()), const float*>);
+static_assert(std::is_same_v<decltype(std::declval<Tensor&>().mutable_data<double>()), double*>);
+
+TEST_CASE("a parameter written through mutable_data between forward and backward is refused by name") {
+  Graph g;
+  Var w = g.parameter(f64({3}, Shape{1}), "w");
+  Var y = ops::sum(ops::mul(w, w));  // dy/dw = 2w = 6 at the forward's w
+  Tensor value = w.value();
+  value.mutable_data<double>()[0] = 100;  // a silently wrong 200 if the backward read it
+  CHECK_THROWS_WITH_AS(g.backward(y),
+                       "[mul] input 0 (value -1, 'w', parameter) was modified in place after it was recorded "
+                       "(version 0, now 1); its backward would compute a wrong gradient. Write it before the "
+                       "forward pass, or after backward()",
+                       Error);
+}
+
+TEST_CASE("the gradient of a parameter no gradient reached is undefined: its accessors say so, numel() is 0") {
+  Graph g;
+  Var used = g.parameter(f64({2}, Shape{1}), "used"), unused = g.parameter(f64({5}, Shape{1}), "unused");
+  g.backward(ops::sum(ops::mul(used, used)));
+  CHECK(grad_of(used) == std::vector<double>{4});
+  // a loop over every parameter's gradient, as a logger of gradient norms writes it
+  const Tensor& none = unused.grad();
+  CHECK_FALSE(none.defined());
+  CHECK(none.numel() == 0);
+  CHECK(none.nbytes() == 0);
+  const std::string hint =
+      " of an undefined tensor: it holds no value (a default-constructed Tensor, or the gradient of a value no "
+      "gradient reached, such as a parameter the loss did not use or one after zero_grad()); check defined() first";
+  CHECK(testing::message_of([&] { (void)unused.grad().item(); }) == "[tensor] item()" + hint);
+  CHECK(testing::message_of([&] { (void)unused.grad().to_doubles(); }) == "[tensor] to_doubles()" + hint);
+  g.zero_grad();
+  CHECK(testing::message_of([&] { (void)used.grad().data<double>(); }) == "[tensor] data" + hint);
+  CHECK(testing::message_of([&] { (void)used.grad().shape(); }) == "[tensor] shape()" + hint);
 }
 
 TEST_CASE("a Var that outlives its Graph is an error, not a read of freed memory") {

@@ -87,6 +87,32 @@ TEST_CASE("every dtype converts through from_doubles and to_doubles") {
         "[item] needs a tensor of one element, got shape (2,)");
   Tensor f = Tensor::zeros(Shape{2}, DType::f32);
   CHECK(message_of([&] { f.data<double>(); }) == "[tensor] data<f64>() on a f32 tensor");
+  CHECK(message_of([&] { f.mutable_data<int32_t>(); }) == "[tensor] mutable_data<i32>() on a f32 tensor");
+}
+
+TEST_CASE("an undefined tensor has no elements, and every accessor says what to do") {
+  const Tensor none;
+  CHECK_FALSE(none.defined());
+  CHECK(none.numel() == 0);
+  CHECK(none.nbytes() == 0);
+  CHECK(none.raw_data() == nullptr);  // a kernel's optional operand
+  const std::string hint =
+      " of an undefined tensor: it holds no value (a default-constructed Tensor, or the gradient of a value no "
+      "gradient reached, such as a parameter the loss did not use or one after zero_grad()); check defined() first";
+  CHECK(message_of([&] { (void)none.shape(); }) == "[tensor] shape()" + hint);
+  CHECK(message_of([&] { (void)none.ndim(); }) == "[tensor] shape()" + hint);
+  CHECK(message_of([&] { (void)none.dim(0); }) == "[tensor] shape()" + hint);
+  CHECK(message_of([&] { (void)none.dtype(); }) == "[tensor] dtype()" + hint);
+  CHECK(message_of([&] { (void)none.device(); }) == "[tensor] device()" + hint);
+  CHECK(message_of([&] { (void)none.item(); }) == "[tensor] item()" + hint);
+  CHECK(message_of([&] { (void)none.to_doubles(); }) == "[tensor] to_doubles()" + hint);
+  CHECK(message_of([&] { (void)none.data<float>(); }) == "[tensor] data" + hint);
+  CHECK(message_of([&] { (void)none.reshape(Shape{1}); }) == "[tensor] reshape()" + hint);
+  Tensor target;
+  CHECK(message_of([&] { (void)target.mutable_data<float>(); }) == "[tensor] mutable_data" + hint);
+  CHECK(message_of([&] { target.copy_from(Tensor::zeros(Shape{1}, DType::f32)); }) == "[tensor] copy_from()" + hint);
+  Tensor one = Tensor::zeros(Shape{1}, DType::f32);
+  CHECK(message_of([&] { one.copy_from(none); }) == "[tensor] copy_from() from" + hint);
 }
 
 TEST_CASE("in-place writes move the storage's version; reads do not") {
