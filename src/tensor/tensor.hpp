@@ -53,6 +53,23 @@ class Storage {
   Storage* owner_ = nullptr;  // a view's owner, whose bytes it shares (retained)
 };
 
+// A tensor whose bytes cannot be had: more than fit in 64 bits, more than the host's memory and
+// swap, or more than malloc found. The message names who asked (a factory, a layer), the tensor's
+// dtype and shape, and the bytes: "[zeros] a f32 tensor of shape (200000, 200000) needs
+// 160000000000 bytes (149.0 GiB), more than this host's memory and swap (22.9 GiB)".
+class OutOfMemory : public Error {
+ public:
+  // `subject` is what was asked for ("a f32 tensor of shape (2, 3)"), `reason` what went wrong.
+  OutOfMemory(const std::string& who, std::string subject, std::string reason)
+      : Error("[" + who + "] " + subject + " " + reason), subject_(std::move(subject)), reason_(std::move(reason)) {}
+  // The same failure told by another asker: a layer names its parameter ("[Linear] weight ...").
+  OutOfMemory told_by(const std::string& who, const std::string& subject) const { return {who, subject, reason_}; }
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string subject_, reason_;
+};
+
 class Tensor {
  public:
   Tensor() = default;
@@ -82,6 +99,8 @@ class Tensor {
     if (storage_) storage_->release();
   }
 
+  // An uninitialised tensor; zeros() fills it with 0. A size no allocation can meet throws
+  // OutOfMemory naming the factory ("empty", "zeros"), the shape and the bytes.
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
   // A host tensor holding `values` converted to dtype, then moved to `device`.
@@ -149,6 +168,7 @@ class Tensor {
 
  private:
   static void check_count(size_t n, const Shape& shape);
+  static Tensor allocate(const Shape& shape, DType dtype, Device device, const char* who);
   void need_defined(const char* what) const {
     if (!storage_) [[unlikely]] undefined(what);
   }
