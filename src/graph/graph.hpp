@@ -189,7 +189,9 @@ class Graph {
 
   // ---- values
   Var parameter(Tensor value, std::string label = "");  // trainable: receives a gradient
-  Var input(Tensor value, std::string label = "");      // data: no gradient
+  // data: no gradient, unless requires_grad (PyTorch's x.requires_grad_()): then the backward
+  // gives it one (Var::grad) as it does an activation, for a gradient check or a saliency map
+  Var input(Tensor value, std::string label = "", bool requires_grad = false);
   std::vector<Var> parameters();
 
   // ---- the engine

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "messages.hpp"
+#include "tapegrad/graph/function.hpp"
 #include "tapegrad/graph/gradcheck.hpp"
 #include "tapegrad/graph/graph.hpp"
 #include "tapegrad/tape/tape_dump.hpp"
@@ -206,12 +207,91 @@ TEST_CASE("gradcheck leaves the tape and the parameters as it found them") {
   Var a = g.parameter(f64({0.3, -0.7}, Shape{2}));
   auto loss = [&](Graph&) { return ops::sum(ops::tanh(ops::mul(a, a))); };
   Var before = ops::exp(a);
+  Var kept = ops::sum(before);
   size_t nodes = g.nodes().size();
-  double err = gradcheck(g, loss, 1e-6);
-  CHECK(err < 1e-8);
+  const GradcheckResult check = gradcheck(g, loss);
+  CHECK(check.passed());
+  CHECK(check.max_error() < 1e-8);
   CHECK(g.nodes().size() == nodes);
   CHECK(before.value().numel() == 2);
   CHECK(a.value().to_doubles() == std::vector<double>{0.3, -0.7});
+  g.zero_grad();
+  g.backward(kept);  // the nudges were put back: the tape recorded before runs
+  CHECK(grad_of(a) == std::vector<double>{std::exp(0.3), std::exp(-0.7)});
+}
+
+namespace {
+
+// y = x^2 with a wrong derivative at element 1: dx = 2 x dy, plus dy at element 1
+struct WrongSquare {
+  static constexpr const char* name = "wrong_square";
+  static Tensor forward(const std::vector<Tensor>& in, Saved&) {
+    const std::vector<double> x = in[0].to_doubles();
+    std::vector<double> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * x[i];
+    return Tensor::from_doubles(y, in[0].shape(), DType::f64);
+  }
+  static void backward(BackwardContext& ctx) {
+    const std::vector<double> x = ctx.input(0).to_doubles(), dy = ctx.grad_output().to_doubles();
+    std::vector<double> dx(x.size());
+    for (size_t i = 0; i < x.size(); ++i) dx[i] = 2 * x[i] * dy[i] + (i == 1 ? dy[i] : 0.0);
+    ctx.accumulate(0, Tensor::from_doubles(dx, ctx.input(0).shape(), DType::f64));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("gradcheck reports per tensor the failing elements and the worst analytic/numeric pair") {
+  Graph g;
+  Var w = g.parameter(f64({1, 2, 3, 4}, Shape{2, 2}), "w");
+  Var b = g.parameter(f64({0.5, -1.5}, Shape{2}), "b");
+  // eps 0.5 and small dyadic values: central differences of a square are exact, 2x
+  auto loss = [&](Graph&) { return ops::sum(apply<WrongSquare>({w})) + ops::sum(ops::square(b)); };
+  const GradcheckResult check = gradcheck(g, loss, GradcheckOptions{.eps = 0.5});
+  CHECK_FALSE(check.passed());
+  REQUIRE(check.tensors.size() == 2);
+  CHECK(check.tensors[0].worst == 1);
+  CHECK(check.tensors[0].analytic == 5);
+  CHECK(check.tensors[0].numeric == 4);
+  CHECK(check.max_error() == 1);
+  CHECK(check.str() ==
+        "gradcheck FAILED: 2 tensors, eps 0.5, atol 1e-05, rtol 0.001\n"
+        "  w (2, 2): worst at [0, 1]: analytic 5 numeric 4 (|difference| 1); 1 of 4 elements outside atol + rtol "
+        "|numeric|\n"
+        "  b (2,): worst at [0]: analytic 1 numeric 1 (|difference| 0)\n");
+}
+
+TEST_CASE("gradcheck takes inputs that require a gradient beside parameters, and refuses f32 and the rest by name") {
+  Graph g;
+  Var w = g.parameter(f64({0.3, -0.7, 1.1}, Shape{3}), "w");
+  Var x = g.input(f64({0.2, 0.5, -0.4}, Shape{3}), "x", true);
+  auto loss = [&](Graph&) { return ops::sum(ops::tanh(ops::mul(w, x)) * x); };
+  const GradcheckResult check = gradcheck(g, loss, {w, x});
+  CAPTURE(check.str());
+  CHECK(check.passed());
+  REQUIRE(check.tensors.size() == 2);
+  CHECK(check.tensors[1].name == "x");
+  CHECK(check.max_error() < 1e-8);
+  // x's gradient from the engine, as PyTorch's x.grad after x.requires_grad_()
+  g.backward(loss(g), {.retain_graph = true});
+  CHECK(x.grad().defined());
+
+  Var plain = g.input(f64({1}, Shape{1}), "plain");
+  CHECK(testing::message_of([&] { gradcheck(g, loss, {plain}); }) ==
+        "[gradcheck] 'plain' (input) takes no gradient: check parameters, or inputs made with "
+        "g.input(tensor, label, true)");
+  Var product = ops::mul(w, x);
+  CHECK(testing::message_of([&] { gradcheck(g, loss, {product}); }) ==
+        "[gradcheck] 'value 6' (activation) is an op's result, which the loss function records anew: check the "
+        "parameters or inputs it is computed from");
+  CHECK(testing::message_of([&] { g.input(Tensor::from_vector(std::vector<int32_t>{1}, Shape{1}), "ids", true); }) ==
+        "[input] only a floating-point input can require a gradient, got i32");
+  Graph g32;
+  Var w32 = g32.parameter(Tensor::from_doubles({0.3}, Shape{1}, DType::f32), "w");
+  CHECK(testing::message_of([&] { gradcheck(g32, [&](Graph&) { return ops::sum(ops::square(w32)); }); }) ==
+        "[gradcheck] 'w' (parameter) is f32: central differences need f64 (in f32 a nudge of 1e-6 is a few rounding "
+        "steps, so the check would measure rounding); build the model in f64, as torch.autograd.gradcheck asks for "
+        "double");
 }
 
 TEST_CASE("a reference taken from value() stays valid while later values are recorded") {
