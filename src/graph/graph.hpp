@@ -78,6 +78,7 @@ class Var {
   // data parallel sums micro-batches and ranks, then hands each parameter its share).
   void set_grad(Tensor g) const;
   const Shape& shape() const { return value().shape(); }
+  double item() const { return value().item(); }  // the single element as double (PyTorch's loss.item())
   DType dtype() const { return value().dtype(); }
   Device device() const { return value().device(); }
   bool requires_grad() const;

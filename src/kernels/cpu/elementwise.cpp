@@ -138,7 +138,8 @@ void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
   if (a.dtype() == DType::bf16 || b.dtype() == DType::bf16 || out.dtype() == DType::bf16)  // Note [bf16 elementwise]
     return kernels::visit_binary(op, [&]<class F>() { binary_mixed<F>(a, b, out); });
-  if (!(a.shape() == b.shape()) || op > Binary::div) return binary_walk(op, a, b, out);
+  const bool integer = out.dtype() == DType::i32 || out.dtype() == DType::i64;
+  if (!(a.shape() == b.shape()) || op > Binary::div || integer) return binary_walk(op, a, b, out);
   dispatch_float(kernels::binary_name(op), a.dtype(), [&]<class T>() {
     const Work work = Work::arithmetic;  // split from 64 KiB: two cores' caches beat one core's
     const T* A = static_cast<const T*>(a.raw_data());
