@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "tapegrad/nn/checks.hpp"
 #include "tapegrad/nn/init.hpp"
 #include "tapegrad/ops/fused/attention.hpp"
 #include "tapegrad/ops/fused/mlp.hpp"
@@ -13,41 +14,13 @@
 #include "tapegrad/ops/ops.hpp"
 
 namespace tapegrad::nn {
+
+using detail::fresh;
+using detail::need_positive;
+using detail::need_probability;
+using detail::times;
+
 namespace {
-
-void need_positive(const char* kind, const char* what, int64_t n) {
-  if (n <= 0) throw Error(std::string("[") + kind + "] " + what + " must be positive, got " + std::to_string(n));
-}
-
-// k * n, refused when it overflows.
-int64_t times(const char* kind, const char* what, int64_t k, int64_t n) {
-  int64_t out = 0;
-  if (__builtin_mul_overflow(k, n, &out))
-    throw Error(std::string("[") + kind + "] " + std::to_string(k) + " x " + what + " " + std::to_string(n) +
-                " overflows 64 bits");
-  return out;
-}
-
-// An uninitialised parameter tensor of the factory's dtype and device; one that cannot be
-// allocated is refused naming the layer and the parameter.
-Tensor fresh(const Factory& f, const char* kind, const char* name, const Shape& shape) {
-  if (f.dtype != DType::f32 && f.dtype != DType::f64)
-    throw Error(std::string("[") + kind + "] parameters are f32 or f64, the factory asks for " + dtype_name(f.dtype));
-  try {
-    return Tensor::empty(shape, f.dtype, f.device);
-  } catch (const OutOfMemory& e) {
-    throw e.told_by(kind, std::string(name) + " (" + dtype_name(f.dtype) + ", shape " + shape.str() +
-                              (f.device.is_cpu() ? "" : ", on " + f.device.str()) + ")");
-  }
-}
-
-void need_probability(const char* kind, double p) {
-  if (!(p >= 0.0 && p <= 1.0)) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.17g", p);
-    throw Error(std::string("[") + kind + "] dropout p must be a probability in [0, 1], got " + text);
-  }
-}
 
 // A composite layer's sizes, checked before any of its children makes a parameter (a refused
 // construction leaves the graph as it was). Each returns dim.
