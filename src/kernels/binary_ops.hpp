@@ -117,6 +117,11 @@ struct Wrapping {
   }
 };
 
+// visit_binary(op, BinaryName{}): the op's name.
+struct BinaryName {
+  template <class F> const char* operator()() const { return F::name; }
+};
+
 // The binary ops of integer tensors (i32, i64): add, sub and mul, the arithmetic a model does on
 // ids (offsets into a table, strides), each wrapping; f.template operator()<F>() as visit_binary's.
 // Host only: the others are refused naming the op (the front-ends refuse them first).
@@ -128,8 +133,7 @@ decltype(auto) visit_integer_binary(Binary op, Fn&& f) {
     case Binary::mul: return f.template operator()<Wrapping<Mul>>();
     default: break;
   }
-  throw Error(std::string("[") + visit_binary(op, []<class F>() { return F::name; }) +
-              "] integer tensors take add, sub and mul");
+  throw Error(std::string("[") + visit_binary(op, BinaryName{}) + "] integer tensors take add, sub and mul");
 }
 
 // Comparisons: a u8 mask, 1 where the relation holds (NaN compares unequal to everything).
