@@ -69,10 +69,10 @@ void cblas_products(const Product& p, DType t, const Tensor& a, const Tensor& b,
   for (int64_t i = 0; i < count; ++i) {
     if (t == DType::f64)
       cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m, k, 1.0, a.data<double>() + i * n * k, k,
-                  b.data<double>() + i * k * m, m, 0.0, out.data<double>() + i * n * m, m);
+                  b.data<double>() + i * k * m, m, 0.0, out.mutable_data<double>() + i * n * m, m);
     else
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, m, k, 1.0f, a.data<float>() + i * n * k, k,
-                  b.data<float>() + i * k * m, m, 0.0f, out.data<float>() + i * n * m, m);
+                  b.data<float>() + i * k * m, m, 0.0f, out.mutable_data<float>() + i * n * m, m);
   }
 }
 

@@ -58,9 +58,9 @@ struct GPT : nn::Module {
     register_module("h", h);
     register_module("ln_f", ln_f);
     if (c.value_embeds > 0) register_module("ve", ve.emplace(f, c.value_embeds * c.vocab, c.dim));
-    if (c.value_embeds > 0 && c.ve_mode == ValueEmbeds::dense) {  // plane p's first row, p V, in f32 (P, 1, 1)
-      std::vector<float> offsets;
-      for (int64_t p = 0; p < c.value_embeds; ++p) offsets.push_back(static_cast<float>(p * c.vocab));
+    if (c.value_embeds > 0 && c.ve_mode == ValueEmbeds::dense) {  // plane p's first row, p V: (P, 1, 1) i32
+      std::vector<int32_t> offsets;
+      for (int64_t p = 0; p < c.value_embeds; ++p) offsets.push_back(static_cast<int32_t>(p * c.vocab));
       ve_offsets = Tensor::from_vector(offsets, Shape{c.value_embeds, 1, 1}, f.device);
     }
     // nanoGPT's initialisation: N(0, 0.02) for every matrix and embedding, the residual
@@ -111,11 +111,10 @@ struct GPT : nn::Module {
       return ops::value_embed_lookup(ve->weight, ops::reshape(ids, {-1}), static_cast<int>(P),
                                      buffer, options);
     }
-    // plane p reads rows p V .. p V + V - 1 of the same (P V, C) table: ids + p V, (P, B, T),
-    // added in f32 (exact: P V is far below 2^24; integer tensors have no arithmetic ops). The
-    // offsets were put on the device once, so a captured step holds no copy from the host.
-    Var o = ids.graph().input(ve_offsets);
-    return (*ve)(ops::to(ops::to(ops::unsqueeze(ids, 0), DType::f32) + o, DType::i32));
+    // plane p reads rows p V .. p V + V - 1 of the same (P V, C) table: ids (1, B, T) + p V
+    // (P, 1, 1) -> (P, B, T), integer arithmetic. The offsets were put on the device once, so a
+    // captured step holds no copy from the host.
+    return (*ve)(ops::unsqueeze(ids, 0) + ids.graph().input(ve_offsets));
   }
 
   Config config;
@@ -124,7 +123,7 @@ struct GPT : nn::Module {
   nn::ModuleList<nn::Block> h;
   nn::LayerNorm ln_f;
   std::optional<nn::Embedding> ve;  // (P V, C), with value embeddings only
-  Tensor ve_offsets;                // (P, 1, 1) f32: p V, with dense value embeddings only
+  Tensor ve_offsets;                // (P, 1, 1) i32: p V, with dense value embeddings only
 };
 
 }  // namespace gpt

@@ -264,7 +264,8 @@ void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
     });
     return;
   }
-  if (!(a.shape() == b.shape())) return binary_walk(op, a, b, out);
+  const bool integer = out.dtype() == DType::i32 || out.dtype() == DType::i64;
+  if (!(a.shape() == b.shape()) || integer) return binary_walk(op, a, b, out);
   if (n == 0) return;
   kernels::visit_binary(op, [&]<class F>() {
     dispatch_float(F::name, a.dtype(), [&]<class T>() {

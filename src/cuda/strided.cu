@@ -277,14 +277,21 @@ __global__ void clamp_backward_kernel(const T* x, T lo, T hi, const T* dy, T* dx
 
 void binary_walk(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
   if (out.numel() == 0) return;
-  kernels::visit_binary(op, [&]<class F>() {
-    dispatch_float(F::name, out.dtype(), [&]<class T>() {
-      const Walk<3> w = make_walk<3>(out.shape(), {view_of(out), view_of(a), view_of(b)});
-      const bool packed = walk_packable<T>(w, out.raw_data());
-      binary_walk_kernel<F, T><<<blocks_for(packed ? w.numel / Pack<T>::N : w.numel), kBlock, 0, stream_for(out)>>>(
-          w, cdata<T>(a), cdata<T>(b), mdata<T>(out), packed);
-      TG_CUDA_CHECK_LAUNCH();
+  auto run = [&]<class F, class T>() {
+    const Walk<3> w = make_walk<3>(out.shape(), {view_of(out), view_of(a), view_of(b)});
+    const bool packed = walk_packable<T>(w, out.raw_data());
+    binary_walk_kernel<F, T><<<blocks_for(packed ? w.numel / Pack<T>::N : w.numel), kBlock, 0, stream_for(out)>>>(
+        w, cdata<T>(a), cdata<T>(b), mdata<T>(out), packed);
+    TG_CUDA_CHECK_LAUNCH();
+  };
+  if (out.dtype() == DType::i32 || out.dtype() == DType::i64) {  // add, sub, mul of ids (binary_ops.hpp)
+    kernels::visit_integer_binary(op, [&]<class F>() {
+      dispatch_index(F::name, out.dtype(), [&]<class T>() { run.template operator()<F, T>(); });
     });
+    return;
+  }
+  kernels::visit_binary(op, [&]<class F>() {
+    dispatch_float(F::name, out.dtype(), [&]<class T>() { run.template operator()<F, T>(); });
   });
 }
 

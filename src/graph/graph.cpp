@@ -198,10 +198,13 @@ Var Graph::parameter(Tensor value, std::string label) {
   return push_value(params_, id, std::move(value), ValueKind::parameter, true, std::move(label));
 }
 
-Var Graph::input(Tensor value, std::string label) {
+Var Graph::input(Tensor value, std::string label, bool requires_grad) {
   if (!value.defined()) throw Error("[input] the tensor is undefined");
+  if (requires_grad && !is_floating(value.dtype()))
+    throw Error(std::string("[input] only a floating-point input can require a gradient, got ") +
+                dtype_name(value.dtype()));
   int32_t id = static_cast<int32_t>(values_.size());
-  return push_value(values_, id, std::move(value), ValueKind::input, false, std::move(label));
+  return push_value(values_, id, std::move(value), ValueKind::input, requires_grad, std::move(label));
 }
 
 std::vector<Var> Graph::parameters() {

@@ -78,6 +78,7 @@ class Var {
   // data parallel sums micro-batches and ranks, then hands each parameter its share).
   void set_grad(Tensor g) const;
   const Shape& shape() const { return value().shape(); }
+  double item() const { return value().item(); }  // the single element as double (PyTorch's loss.item())
   DType dtype() const { return value().dtype(); }
   Device device() const { return value().device(); }
   bool requires_grad() const;
@@ -189,7 +190,9 @@ class Graph {
 
   // ---- values
   Var parameter(Tensor value, std::string label = "");  // trainable: receives a gradient
-  Var input(Tensor value, std::string label = "");      // data: no gradient
+  // data: no gradient, unless requires_grad (PyTorch's x.requires_grad_()): then the backward
+  // gives it one (Var::grad) as it does an activation, for a gradient check or a saliency map
+  Var input(Tensor value, std::string label = "", bool requires_grad = false);
   std::vector<Var> parameters();
 
   // ---- the engine

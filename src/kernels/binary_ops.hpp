@@ -11,8 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
 #include "tapegrad/kernels/unary_ops.hpp"  // TG_HD, exp_of, log_of, pow_of
+#include "tapegrad/tensor/error.hpp"
 
 namespace tapegrad::kernels {
 
@@ -101,6 +104,36 @@ TG_HD decltype(auto) visit_binary(Binary op, Fn&& f) {
 #undef TG_BINARY_CASE
   }
   return f.template operator()<Add>();
+}
+
+// F on integers, wrapping around on overflow as PyTorch's integer ops do: computed in the unsigned
+// type of T's width, where overflow is defined (modulo 2^bits), and converted back.
+template <class F>
+struct Wrapping {
+  static constexpr const char* name = F::name;
+  template <class T> TG_HD static T forward(T a, T b) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(F::forward(static_cast<U>(a), static_cast<U>(b))));
+  }
+};
+
+// visit_binary(op, BinaryName{}): the op's name.
+struct BinaryName {
+  template <class F> const char* operator()() const { return F::name; }
+};
+
+// The binary ops of integer tensors (i32, i64): add, sub and mul, the arithmetic a model does on
+// ids (offsets into a table, strides), each wrapping; f.template operator()<F>() as visit_binary's.
+// Host only: the others are refused naming the op (the front-ends refuse them first).
+template <class Fn>
+decltype(auto) visit_integer_binary(Binary op, Fn&& f) {
+  switch (op) {
+    case Binary::add: return f.template operator()<Wrapping<Add>>();
+    case Binary::sub: return f.template operator()<Wrapping<Sub>>();
+    case Binary::mul: return f.template operator()<Wrapping<Mul>>();
+    default: break;
+  }
+  throw Error(std::string("[") + visit_binary(op, BinaryName{}) + "] integer tensors take add, sub and mul");
 }
 
 // Comparisons: a u8 mask, 1 where the relation holds (NaN compares unequal to everything).

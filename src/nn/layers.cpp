@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "tapegrad/nn/checks.hpp"
 #include "tapegrad/nn/init.hpp"
 #include "tapegrad/ops/fused/attention.hpp"
 #include "tapegrad/ops/fused/mlp.hpp"
@@ -13,35 +14,13 @@
 #include "tapegrad/ops/ops.hpp"
 
 namespace tapegrad::nn {
+
+using detail::fresh;
+using detail::need_positive;
+using detail::need_probability;
+using detail::times;
+
 namespace {
-
-void need_positive(const char* kind, const char* what, int64_t n) {
-  if (n <= 0) throw Error(std::string("[") + kind + "] " + what + " must be positive, got " + std::to_string(n));
-}
-
-// k * n, refused when it overflows.
-int64_t times(const char* kind, const char* what, int64_t k, int64_t n) {
-  int64_t out = 0;
-  if (__builtin_mul_overflow(k, n, &out))
-    throw Error(std::string("[") + kind + "] " + std::to_string(k) + " x " + what + " " + std::to_string(n) +
-                " overflows 64 bits");
-  return out;
-}
-
-// An uninitialised parameter tensor of the factory's dtype and device.
-Tensor fresh(const Factory& f, const char* kind, const Shape& shape) {
-  if (f.dtype != DType::f32 && f.dtype != DType::f64)
-    throw Error(std::string("[") + kind + "] parameters are f32 or f64, the factory asks for " + dtype_name(f.dtype));
-  return Tensor::empty(shape, f.dtype, f.device);
-}
-
-void need_probability(const char* kind, double p) {
-  if (!(p >= 0.0 && p <= 1.0)) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.17g", p);
-    throw Error(std::string("[") + kind + "] dropout p must be a probability in [0, 1], got " + text);
-  }
-}
 
 // A composite layer's sizes, checked before any of its children makes a parameter (a refused
 // construction leaves the graph as it was). Each returns dim.
@@ -74,10 +53,10 @@ void need_last(const std::string& where, const char* what, const Var& x, int64_t
 Linear::Linear(Factory& f, int64_t in, int64_t out, bool with_bias) : in_features(in), out_features(out) {
   need_positive("Linear", "in_features", in);
   need_positive("Linear", "out_features", out);
-  weight = register_parameter("weight", fresh(f, "Linear", Shape{out, in}), f.graph);
+  weight = register_parameter("weight", fresh(f, "Linear", "weight", Shape{out, in}), f.graph);
   init::kaiming_uniform_(weight, f.generator, std::sqrt(5.0));  // U(-1/sqrt(in), 1/sqrt(in))
   if (with_bias) {
-    bias = register_parameter("bias", fresh(f, "Linear", Shape{out}), f.graph);
+    bias = register_parameter("bias", fresh(f, "Linear", "bias", Shape{out}), f.graph);
     const double bound = 1.0 / std::sqrt(static_cast<double>(in));
     init::uniform_(bias, -bound, bound, f.generator);
   }
@@ -93,7 +72,7 @@ Var Linear::operator()(Var x) {
 Embedding::Embedding(Factory& f, int64_t num, int64_t dim) : num_embeddings(num), embedding_dim(dim) {
   need_positive("Embedding", "num_embeddings", num);
   need_positive("Embedding", "embedding_dim", dim);
-  weight = register_parameter("weight", fresh(f, "Embedding", Shape{num, dim}), f.graph);
+  weight = register_parameter("weight", fresh(f, "Embedding", "weight", Shape{num, dim}), f.graph);
   init::normal_(weight, 0.0, 1.0, f.generator);
 }
 
@@ -107,10 +86,10 @@ LayerNorm::LayerNorm(Factory& f, int64_t d, double e, bool elementwise_affine, b
   need_positive("LayerNorm", "dim", d);
   if (!(e >= 0 && std::isfinite(e))) throw Error("[LayerNorm] eps must be finite and >= 0");
   if (elementwise_affine) {
-    weight = register_parameter("weight", fresh(f, "LayerNorm", Shape{d}), f.graph);
+    weight = register_parameter("weight", fresh(f, "LayerNorm", "weight", Shape{d}), f.graph);
     init::ones_(weight);
     if (with_bias) {
-      bias = register_parameter("bias", fresh(f, "LayerNorm", Shape{d}), f.graph);
+      bias = register_parameter("bias", fresh(f, "LayerNorm", "bias", Shape{d}), f.graph);
       init::zeros_(bias);
     }
   }
@@ -135,7 +114,7 @@ RMSNorm::RMSNorm(Factory& f, int64_t d, std::optional<double> e, bool elementwis
   need_positive("RMSNorm", "dim", d);
   if (e && !(*e >= 0 && std::isfinite(*e))) throw Error("[RMSNorm] eps must be finite and >= 0");
   if (elementwise_affine) {
-    weight = register_parameter("weight", fresh(f, "RMSNorm", Shape{d}), f.graph);
+    weight = register_parameter("weight", fresh(f, "RMSNorm", "weight", Shape{d}), f.graph);
     init::ones_(weight);
   }
 }

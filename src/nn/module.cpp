@@ -1,5 +1,6 @@
 // nn::Module: registration, names and modes (module.hpp).
 #include "tapegrad/nn/module.hpp"
+#include "tapegrad/nn/sequential.hpp"
 
 namespace tapegrad::nn {
 
@@ -72,6 +73,17 @@ int64_t Module::parameter_count() const {
 void Module::train(bool on) {
   training_ = on;
   for (auto& [_, child] : children_) child->train(on);
+}
+
+}  // namespace tapegrad::nn
+
+// ---- Sequential (sequential.hpp): each step's output is the next one's input
+namespace tapegrad::nn {
+
+Var Sequential::operator()(Var x) {
+  const auto s = scope(x.graph());
+  for (const Step& step : steps_) x = step.forward(x);
+  return steps_.empty() ? x : labelled(x);
 }
 
 }  // namespace tapegrad::nn

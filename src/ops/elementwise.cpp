@@ -1,5 +1,8 @@
 // Elementwise ops: forward and backward together. Binary ops broadcast (NumPy rules); their
 // backward sums each operand's gradient over the axes it was broadcast along.
+#include <cmath>
+#include <cstdio>
+
 #include "tapegrad/ops/common.hpp"
 #include "tapegrad/ops/ops.hpp"
 
@@ -41,14 +44,35 @@ void binary_rule(BackwardContext& ctx) {
   }
 }
 
+// Integer operands (i32, i64: ids and their offsets) of add, sub and mul: the result is i64 if
+// either is, else i32, wrapping on overflow as PyTorch's does; no gradient (ids take none).
+Var integer_op(Graph& g, const char* op, Binary kind, Var a, Var b) {
+  const Tensor& x = a.value();
+  const Tensor& y = b.value();
+  if (!is_integer(x.dtype()) || !is_integer(y.dtype()))
+    throw Error(std::string("[") + op + "] a " + dtype_name(x.dtype()) + " tensor and a " + dtype_name(y.dtype()) +
+                " one: integer tensors mix with integer tensors only; cast one with ops::to");
+  if (kind != Binary::add && kind != Binary::sub && kind != Binary::mul)
+    throw Error(std::string("[") + op + "] integer tensors take add, sub, mul and the comparisons, got " +
+                dtype_name(x.dtype()) + " and " + dtype_name(y.dtype()) + "; cast with ops::to(x, DType::f32) first");
+  const DType result = x.dtype() == DType::i64 || y.dtype() == DType::i64 ? DType::i64 : DType::i32;
+  if (x.dtype() != result) return integer_op(g, op, kind, to(a, result), b);
+  if (y.dtype() != result) return integer_op(g, op, kind, a, to(b, result));
+  Tensor out = Tensor::empty(broadcast_shapes(op, x.shape(), y.shape()), result, x.device());
+  kernels::binary(kind, x, y, out);
+  return g.record(op, std::move(out), {a, b}, nullptr);
+}
+
 // Operands of one float dtype, or f32 and bf16 (Note [bf16 activations]): f32 with bf16 gives f32,
-// bf16 with bf16 bf16; bf16 of unequal shapes broadcast in f32, through recorded casts.
+// bf16 with bf16 bf16; bf16 of unequal shapes broadcast in f32, through recorded casts. Integer
+// operands: integer_op.
 template <Binary kind>
 Var binary_op(Var a, Var b) {
   const char* op = kernels::binary_name(kind);
   Graph& g = graph_of(op, {a, b});
   const Tensor& x = a.value();
   const Tensor& y = b.value();
+  if (is_integer(x.dtype()) || is_integer(y.dtype())) return integer_op(g, op, kind, a, b);
   need_float_or_bf16(op, "input", x);
   need_float_or_bf16(op, "input", y);
   const DType result = promote(op, x, y);
@@ -77,9 +101,12 @@ Var unary_op(Var x) {
   });
 }
 
+// Floats of one dtype, or integers (i32 with i64 compares in i64).
 Var compare_op(const char* op, Compare kind, Var a, Var b) {
   Graph& g = graph_of(op, {a, b});
-  need_float(op, "input", a.value());
+  if (is_integer(a.dtype()) && is_integer(b.dtype()) && a.dtype() != b.dtype())
+    return a.dtype() == DType::i32 ? compare_op(op, kind, to(a, DType::i64), b) : compare_op(op, kind, a, to(b, DType::i64));
+  if (!is_integer(a.dtype())) need_float(op, "input", a.value());
   same_dtype(op, a.value(), b.value());
   Tensor out = Tensor::empty(broadcast_shapes(op, a.shape(), b.shape()), DType::u8, a.device());
   kernels::compare(kind, a.value(), b.value(), out);
@@ -198,13 +225,30 @@ Var to(Var x, DType dtype) {
 
 namespace tapegrad {
 
-Var operator+(Var a, double s) { return ops::add(a, ops::detail::constant(a.graph(), s, a.value())); }
-Var operator+(double s, Var a) { return ops::add(ops::detail::constant(a.graph(), s, a.value()), a); }
-Var operator-(Var a, double s) { return ops::sub(a, ops::detail::constant(a.graph(), s, a.value())); }
-Var operator-(double s, Var a) { return ops::sub(ops::detail::constant(a.graph(), s, a.value()), a); }
-Var operator*(Var a, double s) { return ops::scale(a, s); }
-Var operator*(double s, Var a) { return ops::scale(a, s); }
-Var operator/(Var a, double s) { return ops::div(a, ops::detail::constant(a.graph(), s, a.value())); }
-Var operator/(double s, Var a) { return ops::div(ops::detail::constant(a.graph(), s, a.value()), a); }
+namespace {
+
+// s as a 0-d constant of a's dtype; for an integer a, s must be a whole number it can hold.
+Var scalar_like(const char* op, Var a, double s) {
+  const DType t = a.dtype();
+  const double limit = t == DType::i32 ? 2147483648.0 : 9223372036854775808.0;
+  if (is_integer(t) && !(s == std::trunc(s) && s >= -limit && s < limit)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", s);
+    throw Error(std::string("[") + op + "] a " + dtype_name(t) + " tensor and the scalar " + text + ": integer " +
+                "tensors take whole numbers they can hold; cast with ops::to(x, DType::f32) for a float result");
+  }
+  return ops::detail::constant(a.graph(), s, a.value());
+}
+
+}  // namespace
+
+Var operator+(Var a, double s) { return ops::add(a, scalar_like("add", a, s)); }
+Var operator+(double s, Var a) { return ops::add(scalar_like("add", a, s), a); }
+Var operator-(Var a, double s) { return ops::sub(a, scalar_like("sub", a, s)); }
+Var operator-(double s, Var a) { return ops::sub(scalar_like("sub", a, s), a); }
+Var operator*(Var a, double s) { return is_integer(a.dtype()) ? ops::mul(a, scalar_like("mul", a, s)) : ops::scale(a, s); }
+Var operator*(double s, Var a) { return a * s; }
+Var operator/(Var a, double s) { return ops::div(a, scalar_like("div", a, s)); }
+Var operator/(double s, Var a) { return ops::div(scalar_like("div", a, s), a); }
 
 }  // namespace tapegrad

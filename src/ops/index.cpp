@@ -74,7 +74,7 @@ namespace {
 // (rows, cols) u8 on device: 1 where j > i + k (above the k-th diagonal), 0 elsewhere
 Tensor triangle_above(int64_t rows, int64_t cols, int64_t k, Device device) {
   Tensor m = Tensor::empty(Shape{rows, cols}, DType::u8);
-  uint8_t* p = m.data<uint8_t>();
+  uint8_t* p = m.mutable_data<uint8_t>();
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) p[i * cols + j] = j > i + k ? 1 : 0;
   return m.to(device);

@@ -73,7 +73,9 @@ Var transpose(Var x);          // (n, m) -> (m, n)
 Var reshape(Var x, const Shape& shape);
 Var reshape(Var x, const std::vector<int64_t>& dims);  // one extent may be -1
 Var reshape(Var x, std::initializer_list<int64_t> dims);
-Var flatten(Var x);
+// x (s0, ..., sn) -> axes start_dim..end_dim as one, their extents' product (torch.flatten; a
+// reshape, sharing storage); a 0-d x gives (1,)
+Var flatten(Var x, int start_dim = 0, int end_dim = -1);
 Var unsqueeze(Var x, int axis);
 Var squeeze(Var x, int axis);
 Var permute(Var x, const std::vector<int>& dims);

@@ -46,7 +46,27 @@ Var reshape(Var x, const std::vector<int64_t>& dims) {
 }
 Var reshape(Var x, std::initializer_list<int64_t> dims) { return reshape(x, std::vector<int64_t>(dims)); }
 
-Var flatten(Var x) { return reshape(x, Shape{x.value().numel()}); }
+// x (s0, ..., sn) -> (s0, ..., s_start * ... * s_end, ..., sn);  dx = dy reshaped back (reshape's)
+Var flatten(Var x, int start_dim, int end_dim) {
+  const Shape& s = x.shape();
+  if (s.ndim() == 0) {
+    normalize_axis("flatten", start_dim, 1);
+    normalize_axis("flatten", end_dim, 1);
+    return reshape(x, Shape{1});
+  }
+  const int first = normalize_axis("flatten", start_dim, s.ndim()), last = normalize_axis("flatten", end_dim, s.ndim());
+  if (first > last)
+    throw Error("[flatten] start_dim " + std::to_string(start_dim) + " comes after end_dim " + std::to_string(end_dim) +
+                " in a tensor of shape " + s.str());
+  Shape out;
+  int64_t joined = 1;
+  for (int d = 0; d < s.ndim(); ++d) {
+    if (d < first || d > last) out.push_back(s[d]);
+    else joined *= s[d];
+    if (d == last) out.push_back(joined);
+  }
+  return reshape(x, out);
+}
 
 // x (s) -> s with an extent 1 inserted at axis (axis in [-ndim - 1, ndim])
 Var unsqueeze(Var x, int axis) {

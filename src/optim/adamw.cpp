@@ -10,23 +10,11 @@ namespace {
 
 // At a step, lr may be 0 (a schedule's end); the constructor wants it positive, as it always has.
 void check_config(const AdamWConfig& c, const std::string& where, bool at_step) {
-  check_lr("adamw", where, c.lr, at_step);
-  if (!(c.beta1 >= 0 && c.beta1 < 1)) refuse_hyperparameter("adamw", where, "beta1", c.beta1, "in [0, 1)");
-  if (!(c.beta2 >= 0 && c.beta2 < 1)) refuse_hyperparameter("adamw", where, "beta2", c.beta2, "in [0, 1)");
-  check_nonnegative("adamw", where, "eps", c.eps);
-  check_nonnegative("adamw", where, "weight_decay", c.weight_decay);
+  check_adam_config("adamw", c, where, at_step);
 }
 
-AdamWConfig resolved(const GroupOptions& o, AdamWConfig c, size_t i) {
-  const char* foreign = o.momentum ? "momentum" : o.dampening ? "dampening" : o.nesterov ? "nesterov" : nullptr;
-  if (foreign)
-    throw Error("[adamw] group " + std::to_string(i) + " sets " + foreign + ", which AdamW does not have (SGD does)");
-  if (o.lr) c.lr = *o.lr;
-  if (o.beta1) c.beta1 = *o.beta1;
-  if (o.beta2) c.beta2 = *o.beta2;
-  if (o.eps) c.eps = *o.eps;
-  if (o.weight_decay) c.weight_decay = *o.weight_decay;
-  return c;
+AdamWConfig resolved(const GroupOptions& o, const AdamWConfig& c, size_t i) {
+  return adam_group_config("adamw", "AdamW", o, c, i);
 }
 
 }  // namespace

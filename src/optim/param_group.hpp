@@ -54,6 +54,31 @@ std::string group_where(size_t group, size_t groups);
 void check_lr(const char* op, const std::string& where, double lr, bool at_step);
 void check_nonnegative(const char* op, const std::string& where, const char* name, double value);  // finite, >= 0
 
+// Adam's and AdamW's hyperparameters (their configs have the same fields: lr, beta1, beta2, eps,
+// weight_decay): checked, "[op] <where>beta1 must be in [0, 1), got 1" (lr may be 0 at a step);
+// and group i's options over `config`, where SGD's options are refused naming `optimizer`.
+template <class Config>
+void check_adam_config(const char* op, const Config& c, const std::string& where, bool at_step) {
+  check_lr(op, where, c.lr, at_step);
+  if (!(c.beta1 >= 0 && c.beta1 < 1)) refuse_hyperparameter(op, where, "beta1", c.beta1, "in [0, 1)");
+  if (!(c.beta2 >= 0 && c.beta2 < 1)) refuse_hyperparameter(op, where, "beta2", c.beta2, "in [0, 1)");
+  check_nonnegative(op, where, "eps", c.eps);
+  check_nonnegative(op, where, "weight_decay", c.weight_decay);
+}
+template <class Config>
+Config adam_group_config(const char* op, const char* optimizer, const GroupOptions& o, Config c, size_t i) {
+  const char* foreign = o.momentum ? "momentum" : o.dampening ? "dampening" : o.nesterov ? "nesterov" : nullptr;
+  if (foreign)
+    throw Error(std::string("[") + op + "] group " + std::to_string(i) + " sets " + foreign + ", which " + optimizer +
+                " does not have (SGD does)");
+  if (o.lr) c.lr = *o.lr;
+  if (o.beta1) c.beta1 = *o.beta1;
+  if (o.beta2) c.beta2 = *o.beta2;
+  if (o.eps) c.eps = *o.eps;
+  if (o.weight_decay) c.weight_decay = *o.weight_decay;
+  return c;
+}
+
 // "parameter 2 ('w')", or "parameter 2" when it has no label: how refusals name a parameter.
 std::string parameter_name(size_t k, const Var& p);
 

@@ -7,7 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <new>
+#include <string>
 #include <vector>
+
+#include <sys/sysinfo.h>
 
 #include "tapegrad/tensor/half.hpp"
 #include "tapegrad/tensor/parallel.hpp"
@@ -221,27 +224,80 @@ void Storage::destroy() noexcept {
   free_host_block(this, block);
 }
 
+void Tensor::undefined(const char* what) {
+  throw Error(std::string("[tensor] ") + what + " of an undefined tensor: it holds no value (a default-constructed "
+              "Tensor, or the gradient of a value no gradient reached, such as a parameter the loss did not use or "
+              "one after zero_grad()); check defined() first");
+}
+
+void* Tensor::host_data(DType want, const char* accessor) const {
+  if (!storage_) undefined(accessor);
+  if (want != dtype_)
+    throw Error(std::string("[tensor] ") + accessor + "<" + dtype_name(want) + ">() on a " + dtype_name(dtype_) +
+                " tensor");
+  if (!storage_->device.is_cpu())
+    throw Error(std::string("[tensor] ") + accessor + "<T>() on a " + storage_->device.str() +
+                " tensor; call .to(cpu) first");
+  return storage_->data;
+}
+
 void Tensor::check_count(size_t n, const Shape& shape) {
   if (static_cast<int64_t>(n) != shape.numel())
     throw Error("[tensor] " + std::to_string(n) + " values do not fill shape " + shape.str() + " (" +
                 std::to_string(shape.numel()) + " elements)");
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+namespace {
+
+// The host's memory and swap: a request above it can never be met (and where the kernel
+// overcommits, it would be met only until its pages were touched), so it is refused before malloc
+// is asked; sanitizer builds, whose allocators abort on such requests, then refuse it the same way.
+uint64_t host_memory_bytes() {
+  struct sysinfo info {};
+  if (sysinfo(&info) != 0) return UINT64_MAX;
+  return (static_cast<uint64_t>(info.totalram) + info.totalswap) * info.mem_unit;
+}
+
+std::string in_units(double bytes) {  // "149.0 GiB"
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  for (; bytes >= 1024 && u < 6; ++u) bytes /= 1024;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f %s", bytes, units[u]);
+  return text;
+}
+
+}  // namespace
+
+Tensor Tensor::allocate(const Shape& shape, DType dtype, Device device, const char* who) {
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
+  const std::string subject = std::string("a ") + dtype_name(dtype) + " tensor of shape " + shape.str() +
+                              (device.is_cpu() ? "" : " on " + device.str());
   size_t nbytes = 0;  // numel fits an int64_t (shape.hpp); its bytes may still not fit a size_t
   if (__builtin_mul_overflow(static_cast<size_t>(shape.numel()), dtype_size(dtype), &nbytes))
-    throw Error("[tensor] a " + std::string(dtype_name(dtype)) + " tensor of shape " + shape.str() + " (" +
-                std::to_string(shape.numel()) + " elements of " + std::to_string(dtype_size(dtype)) +
-                " bytes) needs more bytes than fit in 64 bits");
-  t.storage_ = Storage::create(nbytes, device);
+    throw OutOfMemory(who, subject, "(" + std::to_string(shape.numel()) + " elements of " +
+                                        std::to_string(dtype_size(dtype)) + " bytes) needs more bytes than fit in 64 bits");
+  const std::string needs = "needs " + std::to_string(nbytes) + " bytes (" + in_units(static_cast<double>(nbytes)) + ")";
+  if (device.is_cpu()) {
+    const uint64_t host = host_memory_bytes();
+    if (nbytes > host)
+      throw OutOfMemory(who, subject, needs + ", more than this host's memory and swap (" +
+                                          in_units(static_cast<double>(host)) + ")");
+  }
+  try {
+    t.storage_ = Storage::create(nbytes, device);
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemory(who, subject, needs + ", and the host could not allocate them");
+  }
   return t;
 }
 
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) { return allocate(shape, dtype, device, "empty"); }
+
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
-  Tensor t = empty(shape, dtype, device);
+  Tensor t = allocate(shape, dtype, device, "zeros");
   t.zero_();
   return t;
 }
@@ -254,7 +310,7 @@ void Tensor::zero_() {
 
 Tensor Tensor::from_doubles(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
   check_count(values.size(), shape);
-  Tensor t = empty(shape, dtype, Device::cpu());
+  Tensor t = allocate(shape, dtype, Device::cpu(), "from_doubles");
   for (size_t i = 0; i < values.size(); ++i) {
     double v = values[i];
     switch (dtype) {
@@ -274,19 +330,21 @@ Tensor Tensor::scalar(double value, DType dtype, Device device) { return from_do
 
 Tensor Tensor::to(Device dst) const {
   if (!defined() || device() == dst) return *this;
-  Tensor t = empty(shape_, dtype_, dst);
+  Tensor t = allocate(shape_, dtype_, dst, "to");
   t.copy_from(*this);
   return t;
 }
 
 Tensor Tensor::clone() const {
   if (!defined()) return *this;
-  Tensor t = empty(shape_, dtype_, device());
+  Tensor t = allocate(shape_, dtype_, device(), "clone");
   t.copy_from(*this);
   return t;
 }
 
 void Tensor::copy_from(const Tensor& src) {
+  if (!storage_) undefined("copy_from()");
+  if (!src.storage_) undefined("copy_from() from");
   if (!(src.shape_ == shape_) || src.dtype_ != dtype_)
     throw Error("[copy] cannot copy a " + std::string(dtype_name(src.dtype_)) + " " + src.shape_.str() +
                 " tensor into a " + dtype_name(dtype_) + " " + shape_.str() + " one");
@@ -297,6 +355,7 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 Tensor Tensor::reshape(const Shape& shape) const {
+  if (!storage_) undefined("reshape()");
   if (shape.numel() != numel())
     throw Error("[reshape] cannot reshape " + shape_.str() + " (" + std::to_string(numel()) + " elements) to " +
                 shape.str() + " (" + std::to_string(shape.numel()) + " elements)");
@@ -321,6 +380,7 @@ Tensor Tensor::flat_view(int64_t offset, const Shape& shape) const {
 }
 
 std::vector<double> Tensor::to_doubles() const {
+  if (!storage_) undefined("to_doubles()");
   Tensor h = to(Device::cpu());
   std::vector<double> out(static_cast<size_t>(numel()));
   for (size_t i = 0; i < out.size(); ++i) {
@@ -339,6 +399,7 @@ std::vector<double> Tensor::to_doubles() const {
 }
 
 double Tensor::item() const {
+  if (!storage_) undefined("item()");
   if (numel() != 1) throw Error("[item] needs a tensor of one element, got shape " + shape_.str());
   return to_doubles()[0];
 }

@@ -2,9 +2,9 @@
 //
 // Rules: storage is contiguous and row-major; copying a Tensor copies the handle, not the bytes
 // (clone() copies bytes); a kernel writes into an output tensor its caller allocated. Element
-// access through data<T>() is for host tensors only and checks the dtype; a write into a tensor
-// that already holds a value goes through copy_from, zero_, mutable_data or an optimizer, which
-// count it (version()).
+// access through data<T>() (reads, const T*) and mutable_data<T>() (writes) is for host tensors
+// only and checks the dtype; a write into a tensor that already holds a value goes through
+// copy_from, zero_, mutable_data or an optimizer, which count it (version()).
 #pragma once
 
 #include <atomic>
@@ -53,6 +53,23 @@ class Storage {
   Storage* owner_ = nullptr;  // a view's owner, whose bytes it shares (retained)
 };
 
+// A tensor whose bytes cannot be had: more than fit in 64 bits, more than the host's memory and
+// swap, or more than malloc found. The message names who asked (a factory, a layer), the tensor's
+// dtype and shape, and the bytes: "[zeros] a f32 tensor of shape (200000, 200000) needs
+// 160000000000 bytes (149.0 GiB), more than this host's memory and swap (22.9 GiB)".
+class OutOfMemory : public Error {
+ public:
+  // `subject` is what was asked for ("a f32 tensor of shape (2, 3)"), `reason` what went wrong.
+  OutOfMemory(const std::string& who, std::string subject, std::string reason)
+      : Error("[" + who + "] " + subject + " " + reason), subject_(std::move(subject)), reason_(std::move(reason)) {}
+  // The same failure told by another asker: a layer names its parameter ("[Linear] weight ...").
+  OutOfMemory told_by(const std::string& who, const std::string& subject) const { return {who, subject, reason_}; }
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string subject_, reason_;
+};
+
 class Tensor {
  public:
   Tensor() = default;
@@ -82,6 +99,8 @@ class Tensor {
     if (storage_) storage_->release();
   }
 
+  // An uninitialised tensor; zeros() fills it with 0. A size no allocation can meet throws
+  // OutOfMemory naming the factory ("empty", "zeros"), the shape and the bytes.
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
   // A host tensor holding `values` converted to dtype, then moved to `device`.
@@ -96,30 +115,40 @@ class Tensor {
   }
   static Tensor scalar(double value, DType dtype, Device device = Device::cpu());
 
+  // An undefined tensor (default-constructed; the gradient of a value no gradient reached) has no
+  // elements: numel() and nbytes() are 0, and every other accessor throws "[tensor] ... of an
+  // undefined tensor" with what to do, where a read would have followed a null pointer.
   bool defined() const { return storage_ != nullptr; }
-  const Shape& shape() const { return shape_; }
-  int ndim() const { return shape_.ndim(); }
-  int64_t dim(int i) const { return shape_[i]; }
-  int64_t numel() const { return shape_.numel(); }
-  DType dtype() const { return dtype_; }
-  Device device() const { return storage_ ? storage_->device : Device::cpu(); }
+  const Shape& shape() const {
+    need_defined("shape()");
+    return shape_;
+  }
+  int ndim() const { return shape().ndim(); }
+  int64_t dim(int i) const { return shape()[i]; }
+  int64_t numel() const { return storage_ ? shape_.numel() : 0; }
+  DType dtype() const {
+    need_defined("dtype()");
+    return dtype_;
+  }
+  Device device() const {
+    need_defined("device()");
+    return storage_->device;
+  }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
 
+  // The bytes, for kernels; nullptr for an undefined tensor (a kernel's optional operand).
   void* raw_data() const { return storage_ ? storage_->data : nullptr; }
   // The storage's count of in-place writes: copy_from, zero_, optimizer steps and mutable_data
   // move it, so the engine can tell that a value it saved was changed since (graph.hpp).
   uint32_t version() const { return storage_ ? storage_->version() : 0; }
   void mark_modified() { if (storage_) storage_->bump_version(); }  // after writing through raw_data()
   bool unique() const { return storage_ && storage_->sole(); }  // no other handle shares the bytes
-  template <class T> T* data() const {
-    if (dtype_of<T>() != dtype_) throw Error(std::string("[tensor] data<") + dtype_name(dtype_of<T>()) +
-                                             ">() on a " + dtype_name(dtype_) + " tensor");
-    if (!device().is_cpu()) throw Error("[tensor] data<T>() on a " + device().str() + " tensor; call .to(cpu) first");
-    return static_cast<T*>(raw_data());
-  }
-  // data<T>() for writing: the same pointer, and the write is counted (version()).
+  // Host elements, the dtype checked. data<T>() reads: a const T*, even through a non-const
+  // handle. mutable_data<T>() writes: the same pointer, and the write is counted (version()), so a
+  // backward that saved this value refuses to run on what was written (Note [saved versions]).
+  template <class T> const T* data() const { return static_cast<const T*>(host_data(dtype_of<T>(), "data")); }
   template <class T> T* mutable_data() {
-    T* p = data<T>();
+    T* p = static_cast<T*>(host_data(dtype_of<T>(), "mutable_data"));
     mark_modified();
     return p;
   }
@@ -139,6 +168,12 @@ class Tensor {
 
  private:
   static void check_count(size_t n, const Shape& shape);
+  static Tensor allocate(const Shape& shape, DType dtype, Device device, const char* who);
+  void need_defined(const char* what) const {
+    if (!storage_) [[unlikely]] undefined(what);
+  }
+  [[noreturn]] static void undefined(const char* what);
+  void* host_data(DType want, const char* accessor) const;  // raw_data(), checked for data<T>()
 
   Storage* storage_ = nullptr;
   Shape shape_;

@@ -11,6 +11,10 @@
 #include "needs.hpp"
 #include "nn/nn_testing.hpp"
 #include "tapegrad/cuda/cuda.hpp"
+#include "tapegrad/nn/conv.hpp"
+#include "tapegrad/nn/recurrent.hpp"
+#include "tapegrad/nn/sequential.hpp"
+#include "tapegrad/nn/stateless.hpp"
 
 using namespace tapegrad;
 using tapegrad::testing::Place;
@@ -63,6 +67,65 @@ TEST_CASE("[gpu] a GPT-like stack on cuda: the CPU's parameters, forward and gra
       CAPTURE(pa[k].first);
       CHECK(difference(pa[k].second.grad(), pb[k].second.grad()) < 10 * tol);
     }
+  }
+}
+
+TEST_CASE("[gpu] a CNN, an LSTM and a GRU on cuda: the CPU's parameters, forward and gradients") {
+  Place cpu(37, DType::f64), gpu(37, DType::f64, kGpu);
+  auto cnn = [](nn::Factory& f, nn::Sequential& s) {
+    s.emplace_back<nn::Conv2d>(f, 2, 4, 3, 1, 1);
+    s.emplace_back<nn::ReLU>();
+    s.emplace_back<nn::MaxPool2d>(2);
+    s.emplace_back<nn::AvgPool2d>(3, 1, 1);
+    s.emplace_back<nn::Flatten>();
+    s.emplace_back<nn::Linear>(f, 36, 5);
+  };
+  nn::Sequential ca, cb;
+  cnn(cpu.f, ca);
+  cnn(gpu.f, cb);
+  nn::LSTM la(cpu.f, 3, 4, 2, true, true, 0.0, true), lb(gpu.f, 3, 4, 2, true, true, 0.0, true);
+  nn::GRU ga(cpu.f, 3, 4), gb(gpu.f, 3, 4);
+  CHECK(bytes_of(nn::state_dict(la)) == bytes_of(nn::state_dict(lb)));
+  auto loss = [](Place& p, nn::Sequential& c, nn::LSTM& l, nn::GRU& r) {
+    const Device d = p.f.device;
+    Var image = p.g.input(testing::inputs({2, 2, 6, 6}, DType::f64, d));
+    Var seq = p.g.input(testing::inputs({2, 5, 3}, DType::f64, d));  // (B, T, in)
+    const nn::LSTMOutput o = l(seq);
+    const nn::GRUOutput h = r(ops::transpose(seq, 0, 1));
+    return ops::sum(ops::square(c(image))) + ops::sum(o.output) + ops::sum(o.state.c) + ops::sum(h.output * h.output);
+  };
+  Var a = loss(cpu, ca, la, ga), b = loss(gpu, cb, lb, gb);
+  CHECK(difference(a.value(), b.value()) < 1e-12);
+  cpu.g.backward(a);
+  gpu.g.backward(b);
+  auto check_grads = [](const nn::Module& x, const nn::Module& y) {
+    const auto px = x.named_parameters(), py = y.named_parameters();
+    for (size_t k = 0; k < px.size(); ++k) {
+      CAPTURE(px[k].first);
+      CHECK(difference(px[k].second.grad(), py[k].second.grad()) < 1e-11);
+    }
+  };
+  check_grads(ca, cb);
+  check_grads(la, lb);
+  check_grads(ga, gb);
+}
+
+TEST_CASE("[gpu] integer ids add, subtract, multiply and compare on cuda as on the CPU") {
+  Graph g;
+  const Tensor ids = Tensor::from_vector(std::vector<int32_t>{3, 0, 2, 1, 4, 2147483647}, Shape{2, 3});
+  const Tensor offsets = Tensor::from_vector(std::vector<int32_t>{0, 10, 20}, Shape{3, 1, 1});
+  auto run = [&](Device d) {
+    Var i = g.input(ids.to(d)), o = g.input(offsets.to(d));
+    Var wide = g.input(Tensor::from_vector(std::vector<int64_t>{int64_t{1} << 40}, Shape{1}).to(d));
+    return std::vector<Tensor>{(i + o).value(), (i - 1.0).value(), ops::mul(i, i).value(), (i * 3.0).value(),
+                               (i + wide).value(), ops::lt(i, o).value()};
+  };
+  const std::vector<Tensor> on_cpu = run(Device::cpu()), on_gpu = run(kGpu);
+  for (size_t k = 0; k < on_cpu.size(); ++k) {
+    CAPTURE(k);
+    CHECK(on_gpu[k].device() == kGpu);
+    CHECK(on_gpu[k].dtype() == on_cpu[k].dtype());
+    CHECK(on_gpu[k].to(Device::cpu()).to_doubles() == on_cpu[k].to_doubles());
   }
 }
 

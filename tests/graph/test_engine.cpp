@@ -6,8 +6,11 @@
 #include <cmath>
 #include <span>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include "messages.hpp"
+#include "tapegrad/graph/function.hpp"
 #include "tapegrad/graph/gradcheck.hpp"
 #include "tapegrad/graph/graph.hpp"
 #include "tapegrad/tape/tape_dump.hpp"
@@ -204,12 +207,91 @@ TEST_CASE("gradcheck leaves the tape and the parameters as it found them") {
   Var a = g.parameter(f64({0.3, -0.7}, Shape{2}));
   auto loss = [&](Graph&) { return ops::sum(ops::tanh(ops::mul(a, a))); };
   Var before = ops::exp(a);
+  Var kept = ops::sum(before);
   size_t nodes = g.nodes().size();
-  double err = gradcheck(g, loss, 1e-6);
-  CHECK(err < 1e-8);
+  const GradcheckResult check = gradcheck(g, loss);
+  CHECK(check.passed());
+  CHECK(check.max_error() < 1e-8);
   CHECK(g.nodes().size() == nodes);
   CHECK(before.value().numel() == 2);
   CHECK(a.value().to_doubles() == std::vector<double>{0.3, -0.7});
+  g.zero_grad();
+  g.backward(kept);  // the nudges were put back: the tape recorded before runs
+  CHECK(grad_of(a) == std::vector<double>{std::exp(0.3), std::exp(-0.7)});
+}
+
+namespace {
+
+// y = x^2 with a wrong derivative at element 1: dx = 2 x dy, plus dy at element 1
+struct WrongSquare {
+  static constexpr const char* name = "wrong_square";
+  static Tensor forward(const std::vector<Tensor>& in, Saved&) {
+    const std::vector<double> x = in[0].to_doubles();
+    std::vector<double> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * x[i];
+    return Tensor::from_doubles(y, in[0].shape(), DType::f64);
+  }
+  static void backward(BackwardContext& ctx) {
+    const std::vector<double> x = ctx.input(0).to_doubles(), dy = ctx.grad_output().to_doubles();
+    std::vector<double> dx(x.size());
+    for (size_t i = 0; i < x.size(); ++i) dx[i] = 2 * x[i] * dy[i] + (i == 1 ? dy[i] : 0.0);
+    ctx.accumulate(0, Tensor::from_doubles(dx, ctx.input(0).shape(), DType::f64));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("gradcheck reports per tensor the failing elements and the worst analytic/numeric pair") {
+  Graph g;
+  Var w = g.parameter(f64({1, 2, 3, 4}, Shape{2, 2}), "w");
+  Var b = g.parameter(f64({0.5, -1.5}, Shape{2}), "b");
+  // eps 0.5 and small dyadic values: central differences of a square are exact, 2x
+  auto loss = [&](Graph&) { return ops::sum(apply<WrongSquare>({w})) + ops::sum(ops::square(b)); };
+  const GradcheckResult check = gradcheck(g, loss, GradcheckOptions{.eps = 0.5});
+  CHECK_FALSE(check.passed());
+  REQUIRE(check.tensors.size() == 2);
+  CHECK(check.tensors[0].worst == 1);
+  CHECK(check.tensors[0].analytic == 5);
+  CHECK(check.tensors[0].numeric == 4);
+  CHECK(check.max_error() == 1);
+  CHECK(check.str() ==
+        "gradcheck FAILED: 2 tensors, eps 0.5, atol 1e-05, rtol 0.001\n"
+        "  w (2, 2): worst at [0, 1]: analytic 5 numeric 4 (|difference| 1); 1 of 4 elements outside atol + rtol "
+        "|numeric|\n"
+        "  b (2,): worst at [0]: analytic 1 numeric 1 (|difference| 0)\n");
+}
+
+TEST_CASE("gradcheck takes inputs that require a gradient beside parameters, and refuses f32 and the rest by name") {
+  Graph g;
+  Var w = g.parameter(f64({0.3, -0.7, 1.1}, Shape{3}), "w");
+  Var x = g.input(f64({0.2, 0.5, -0.4}, Shape{3}), "x", true);
+  auto loss = [&](Graph&) { return ops::sum(ops::tanh(ops::mul(w, x)) * x); };
+  const GradcheckResult check = gradcheck(g, loss, {w, x});
+  CAPTURE(check.str());
+  CHECK(check.passed());
+  REQUIRE(check.tensors.size() == 2);
+  CHECK(check.tensors[1].name == "x");
+  CHECK(check.max_error() < 1e-8);
+  // x's gradient from the engine, as PyTorch's x.grad after x.requires_grad_()
+  g.backward(loss(g), {.retain_graph = true});
+  CHECK(x.grad().defined());
+
+  Var plain = g.input(f64({1}, Shape{1}), "plain");
+  CHECK(testing::message_of([&] { gradcheck(g, loss, {plain}); }) ==
+        "[gradcheck] 'plain' (input) takes no gradient: check parameters, or inputs made with "
+        "g.input(tensor, label, true)");
+  Var product = ops::mul(w, x);
+  CHECK(testing::message_of([&] { gradcheck(g, loss, {product}); }) ==
+        "[gradcheck] 'value 6' (activation) is an op's result, which the loss function records anew: check the "
+        "parameters or inputs it is computed from");
+  CHECK(testing::message_of([&] { g.input(Tensor::from_vector(std::vector<int32_t>{1}, Shape{1}), "ids", true); }) ==
+        "[input] only a floating-point input can require a gradient, got i32");
+  Graph g32;
+  Var w32 = g32.parameter(Tensor::from_doubles({0.3}, Shape{1}, DType::f32), "w");
+  CHECK(testing::message_of([&] { gradcheck(g32, [&](Graph&) { return ops::sum(ops::square(w32)); }); }) ==
+        "[gradcheck] 'w' (parameter) is f32: central differences need f64 (in f32 a nudge of 1e-6 is a few rounding "
+        "steps, so the check would measure rounding); build the model in f64, as torch.autograd.gradcheck asks for "
+        "double");
 }
 
 TEST_CASE("a reference taken from value() stays valid while later values are recorded") {
@@ -344,6 +426,46 @@ TEST_CASE("a parameter written in place between forward and backward is refused 
   g.clear();  // a fresh forward reads the new value
   g.backward(ops::sum(ops::mul(w, w)));
   CHECK(grad_of(w) == std::vector<double>{12});
+}
+
+// data<T>() reads (const T*, through any handle); a write goes through mutable_data<T>(), which
+// moves the version, so the engine catches it as it catches copy_from (issue 37: a write through
+// data<T>() once gave dw = 200 where 6 is right, without a word).
+static_assert(std::is_same_v<decltype(std::declval<Tensor&>().data<double>()), const double*>);
+static_assert(std::is_same_v<decltype(std::declval<const Tensor&>().data<float>()), const float*>);
+static_assert(std::is_same_v<decltype(std::declval<Tensor&>().mutable_data<double>()), double*>);
+
+TEST_CASE("a parameter written through mutable_data between forward and backward is refused by name") {
+  Graph g;
+  Var w = g.parameter(f64({3}, Shape{1}), "w");
+  Var y = ops::sum(ops::mul(w, w));  // dy/dw = 2w = 6 at the forward's w
+  Tensor value = w.value();
+  value.mutable_data<double>()[0] = 100;  // a silently wrong 200 if the backward read it
+  CHECK_THROWS_WITH_AS(g.backward(y),
+                       "[mul] input 0 (value -1, 'w', parameter) was modified in place after it was recorded "
+                       "(version 0, now 1); its backward would compute a wrong gradient. Write it before the "
+                       "forward pass, or after backward()",
+                       Error);
+}
+
+TEST_CASE("the gradient of a parameter no gradient reached is undefined: its accessors say so, numel() is 0") {
+  Graph g;
+  Var used = g.parameter(f64({2}, Shape{1}), "used"), unused = g.parameter(f64({5}, Shape{1}), "unused");
+  g.backward(ops::sum(ops::mul(used, used)));
+  CHECK(grad_of(used) == std::vector<double>{4});
+  // a loop over every parameter's gradient, as a logger of gradient norms writes it
+  const Tensor& none = unused.grad();
+  CHECK_FALSE(none.defined());
+  CHECK(none.numel() == 0);
+  CHECK(none.nbytes() == 0);
+  const std::string hint =
+      " of an undefined tensor: it holds no value (a default-constructed Tensor, or the gradient of a value no "
+      "gradient reached, such as a parameter the loss did not use or one after zero_grad()); check defined() first";
+  CHECK(testing::message_of([&] { (void)unused.grad().item(); }) == "[tensor] item()" + hint);
+  CHECK(testing::message_of([&] { (void)unused.grad().to_doubles(); }) == "[tensor] to_doubles()" + hint);
+  g.zero_grad();
+  CHECK(testing::message_of([&] { (void)used.grad().data<double>(); }) == "[tensor] data" + hint);
+  CHECK(testing::message_of([&] { (void)used.grad().shape(); }) == "[tensor] shape()" + hint);
 }
 
 TEST_CASE("a Var that outlives its Graph is an error, not a read of freed memory") {

@@ -98,10 +98,10 @@ TEST_CASE("AdamW: the same bits for every thread count, used and unused rows mix
          v = random(shape, DType::f32, 0.0, 1e-6);
   for (int64_t r = 0; r < rows; ++r) {
     if (r % 3 == 0) continue;  // rows with a gradient and moments; the others all zero, like an
-    std::memset(g.data<float>() + r * d, 0, d * sizeof(float));  // embedding's unused rows
+    std::memset(g.mutable_data<float>() + r * d, 0, d * sizeof(float));  // embedding's unused rows
     if (r % 3 == 1) {
-      std::memset(m.data<float>() + r * d, 0, d * sizeof(float));
-      std::memset(v.data<float>() + r * d, 0, d * sizeof(float));
+      std::memset(m.mutable_data<float>() + r * d, 0, d * sizeof(float));
+      std::memset(v.mutable_data<float>() + r * d, 0, d * sizeof(float));
     }
   }
   kernels::AdamWScalars s{0.1f, 0.9f, 0.95f, 1e-8f, 0.01f, 0.1f / 0.1f, 0.2236068f};
@@ -134,7 +134,7 @@ TEST_CASE("row kernels: the same bits for every thread count, repeated rows and 
   for (DType t : {DType::f32, DType::f64}) {
     const int64_t vocab = 300, d = 261, batch = 1100;  // > 1 MiB of rows in f32; 261 leaves a tail
     Tensor table = random(Shape{vocab, d}, t, -4.0, 4.0);
-    if (t == DType::f32) table.data<float>()[5 * d + 7] = -100.0f;  // tiny exponentials in some rows
+    if (t == DType::f32) table.mutable_data<float>()[5 * d + 7] = -100.0f;  // tiny exponentials in some rows
     const Tensor ids = random_ids(batch, vocab, 40);  // 40 distinct rows, each repeated
     const Tensor targets = random_ids(batch, d, d);
     const Tensor rows = random(Shape{batch, d}, t);
@@ -174,7 +174,7 @@ TEST_CASE("scatter_rows_fresh gives the bits of zeros and then scatter_rows, -0 
       const Tensor ids = random_ids(batch, vocab, 50);
       Tensor rows = random(Shape{batch, d}, t);
       if (t == DType::f32) {
-        float* r = rows.data<float>();
+        float* r = rows.mutable_data<float>();
         for (int64_t j = 0; j < d; ++j) r[j] = -0.0f;  // a row of -0: zeros then add gives +0
         r[d + 3] = std::numeric_limits<float>::quiet_NaN();
       }

@@ -44,7 +44,9 @@ TEST_CASE("every case of the op-case table passes the f64 gradient check, and f3
       Var y = c.build(built.inputs);
       return y.shape().ndim() == 0 ? y : ops::sum(ops::mul(y, gr.input(r)));
     };
-    CHECK(gradcheck(g, loss, 1e-6) < kTol);
+    const GradcheckResult check = gradcheck(g, loss);
+    CAPTURE(check.str());
+    CHECK(check.max_error() < kTol);
 
     // f32: the same values rounded, the same graph; results within f32's reach of f64's
     Graph g32;
@@ -377,7 +379,9 @@ TEST_CASE("an MLP's f64 gradient check, 16,576 parameters through linear and mat
     Var logits = ops::add_row(ops::reshape(ops::matmul(h, w2), Shape{32, 64}), b2);  // (32, 64)
     return ops::cross_entropy(logits, targets);
   };
-  CHECK(gradcheck(g, loss, 1e-6) < 1e-8);
+  const GradcheckResult check = gradcheck(g, loss);
+  CAPTURE(check.str());
+  CHECK(check.max_error() < 1e-8);
 }
 
 TEST_CASE("the N-d ops' other refusals name the op and what is wrong") {
@@ -407,4 +411,77 @@ TEST_CASE("the N-d ops' other refusals name the op and what is wrong") {
                        "[index_select] ids must have 1 dimension, got shape (2, 2)", Error);
   CHECK_THROWS_WITH_AS(ops::unsqueeze(a, 5), "[unsqueeze] axis 5 is out of range for a tensor of 3 dimensions", Error);
   CHECK_THROWS_WITH_AS(ops::transpose(a, 0, 2), "[transpose] axis 2 is out of range for a tensor of 2 dimensions", Error);
+}
+
+TEST_CASE("flatten joins axes start_dim..end_dim as torch.flatten does, sharing storage") {
+  Graph g;
+  Var x = g.parameter(random({2, 3, 4, 5}));
+  CHECK(ops::flatten(x).shape() == Shape{120});
+  CHECK(ops::flatten(x, 1).shape() == Shape{2, 60});
+  CHECK(ops::flatten(x, 1, 2).shape() == Shape{2, 12, 5});
+  CHECK(ops::flatten(x, -3, -2).shape() == Shape{2, 12, 5});
+  CHECK(ops::flatten(x, 2, 2).shape() == Shape{2, 3, 4, 5});
+  CHECK(ops::flatten(x, 1, 2).value().raw_data() == x.value().raw_data());
+  CHECK(ops::flatten(g.parameter(random({}))).shape() == Shape{1});
+  CHECK_THROWS_WITH_AS(ops::flatten(x, 2, 1), "[flatten] start_dim 2 comes after end_dim 1 in a tensor of shape (2, 3, 4, 5)",
+                       Error);
+  CHECK_THROWS_WITH_AS(ops::flatten(x, 4), "[flatten] axis 4 is out of range for a tensor of 4 dimensions", Error);
+  // the gradient is reshape's: dy reshaped back
+  Var y = ops::sum(ops::flatten(x, 1, 2) * 2.0);
+  g.backward(y);
+  CHECK(x.grad().shape() == x.shape());
+  CHECK(x.grad().to_doubles() == std::vector<double>(120, 2.0));
+}
+
+TEST_CASE("Var::item gives a one-element value as a double, and names a wrong shape") {
+  Graph g;
+  Var w = g.parameter(Tensor::from_doubles({1.5, -2}, Shape{2}, DType::f32));
+  Var loss = ops::sum(ops::square(w));
+  CHECK(loss.item() == 6.25);
+  CHECK_THROWS_WITH_AS(w.item(), "[item] needs a tensor of one element, got shape (2,)", Error);
+}
+
+TEST_CASE("integer tensors add, subtract, multiply and compare, as PyTorch's do, and take no gradient") {
+  Graph g;
+  auto i32 = [&](std::vector<int32_t> v, Shape s) { return g.input(Tensor::from_vector(v, s)); };
+  auto i64 = [&](std::vector<int64_t> v, Shape s) { return g.input(Tensor::from_vector(v, s)); };
+  Var ids = i32({3, 0, 2, 1, 4, 4}, Shape{2, 3});
+  Var offsets = i32({0, 10, 20}, Shape{3, 1, 1});
+  Var shifted = ids + offsets;  // (3, 2, 3): plane p holds ids + 10 p, broadcast as nanoGPT's planes are
+  CHECK(shifted.dtype() == DType::i32);
+  CHECK(shifted.shape() == Shape{3, 2, 3});
+  CHECK(shifted.value().to_doubles() == std::vector<double>{3, 0, 2, 1, 4, 4, 13, 10, 12, 11, 14, 14, 23, 20, 22, 21, 24, 24});
+  CHECK((ids - 1.0).value().to_doubles() == std::vector<double>{2, -1, 1, 0, 3, 3});
+  CHECK((10.0 - ids).value().to_doubles() == std::vector<double>{7, 10, 8, 9, 6, 6});
+  CHECK((ids * 3.0).value().to_doubles() == std::vector<double>{9, 0, 6, 3, 12, 12});
+  CHECK(ops::mul(ids, ids).value().to_doubles() == std::vector<double>{9, 0, 4, 1, 16, 16});
+  // i32 with i64 gives i64 (PyTorch's promotion); wrapping on overflow, as PyTorch's integers do
+  Var wide = ids + i64({int64_t{1} << 40}, Shape{1});
+  CHECK(wide.dtype() == DType::i64);
+  CHECK(wide.value().data<int64_t>()[0] == (int64_t{1} << 40) + 3);
+  Var big = i32({2147483647}, Shape{1});
+  CHECK((big + 1.0).value().data<int32_t>()[0] == -2147483647 - 1);
+  // comparisons: a u8 mask
+  CHECK(ops::lt(ids, i32({2}, Shape{1})).value().to_doubles() == std::vector<double>{0, 1, 0, 1, 0, 0});
+  CHECK(ops::eq(ids, i64({4, 4, 4}, Shape{3})).value().to_doubles() == std::vector<double>{0, 0, 0, 0, 1, 1});
+  CHECK(g.nodes().empty());  // nothing to differentiate
+
+  CHECK_THROWS_WITH_AS(ops::div(ids, ids),
+                       "[div] integer tensors take add, sub, mul and the comparisons, got i32 and i32; cast with "
+                       "ops::to(x, DType::f32) first",
+                       Error);
+  CHECK_THROWS_WITH_AS(ids * 0.5,
+                       "[mul] a i32 tensor and the scalar 0.5: integer tensors take whole numbers they can hold; cast "
+                       "with ops::to(x, DType::f32) for a float result",
+                       Error);
+  CHECK_THROWS_WITH_AS(ids + 4294967296.0,
+                       "[add] a i32 tensor and the scalar 4294967296: integer tensors take whole numbers they can "
+                       "hold; cast with ops::to(x, DType::f32) for a float result",
+                       Error);
+  Var w = g.parameter(random({2, 3}));
+  CHECK_THROWS_WITH_AS(ops::add(w, ids),
+                       "[add] a f64 tensor and a i32 one: integer tensors mix with integer tensors only; cast one "
+                       "with ops::to",
+                       Error);
+  CHECK_THROWS_WITH_AS(ops::lt(w, ids), "[lt] dtypes differ: f64 and i32", Error);
 }

@@ -7,6 +7,7 @@
 #include "tapegrad/tensor/tensor.hpp"
 
 using namespace tapegrad;
+using tapegrad::testing::host_memory;
 using tapegrad::testing::message_of;
 
 TEST_CASE("a Tensor is a handle: copies share bytes, clone() copies them, reshape shares them") {
@@ -62,14 +63,22 @@ TEST_CASE("a Shape's element count is checked where the Shape is made or changed
 
 TEST_CASE("Tensor::empty refuses a byte count that does not fit a size_t") {
   CHECK(message_of([] { Tensor::empty(Shape{int64_t{1} << 61}, DType::f64); }) ==
-        "[tensor] a f64 tensor of shape (2305843009213693952,) (2305843009213693952 elements of 8 bytes) needs more "
+        "[empty] a f64 tensor of shape (2305843009213693952,) (2305843009213693952 elements of 8 bytes) needs more "
         "bytes than fit in 64 bits");
   CHECK(message_of([] { Tensor::zeros(Shape{int64_t{1} << 31, int64_t{1} << 31}, DType::f32); }) ==
-        "[tensor] a f32 tensor of shape (2147483648, 2147483648) (4611686018427387904 elements of 4 bytes) needs more "
+        "[zeros] a f32 tensor of shape (2147483648, 2147483648) (4611686018427387904 elements of 4 bytes) needs more "
         "bytes than fit in 64 bits");
+}
+
+TEST_CASE("a tensor larger than the host's memory is refused by name, shape and bytes, not a bare bad_alloc") {
+  // 64 TiB: more than any host (the issue's (200000, 200000) is 149 GiB, which a large host has)
+  const auto refused = [] { Tensor::zeros(Shape{int64_t{1} << 22, int64_t{1} << 22}, DType::f32); };
+  CHECK_THROWS_AS(refused(), OutOfMemory);
+  CHECK(message_of(refused) == "[zeros] a f32 tensor of shape (4194304, 4194304) needs 70368744177664 bytes "
+                               "(64.0 TiB), more than this host's memory and swap (" + host_memory() + ")");
   CHECK(message_of([] { Tensor::empty(Shape{(int64_t{1} << 61) - 1}, DType::f64); }) ==
-        "[tensor] cannot allocate 18446744073709551608 bytes on the host: with its header it is more than fit in 64 "
-        "bits");
+        "[empty] a f64 tensor of shape (2305843009213693951,) needs 18446744073709551608 bytes (16.0 EiB), more than "
+        "this host's memory and swap (" + host_memory() + ")");
 }
 
 TEST_CASE("every dtype converts through from_doubles and to_doubles") {
@@ -87,6 +96,32 @@ TEST_CASE("every dtype converts through from_doubles and to_doubles") {
         "[item] needs a tensor of one element, got shape (2,)");
   Tensor f = Tensor::zeros(Shape{2}, DType::f32);
   CHECK(message_of([&] { f.data<double>(); }) == "[tensor] data<f64>() on a f32 tensor");
+  CHECK(message_of([&] { f.mutable_data<int32_t>(); }) == "[tensor] mutable_data<i32>() on a f32 tensor");
+}
+
+TEST_CASE("an undefined tensor has no elements, and every accessor says what to do") {
+  const Tensor none;
+  CHECK_FALSE(none.defined());
+  CHECK(none.numel() == 0);
+  CHECK(none.nbytes() == 0);
+  CHECK(none.raw_data() == nullptr);  // a kernel's optional operand
+  const std::string hint =
+      " of an undefined tensor: it holds no value (a default-constructed Tensor, or the gradient of a value no "
+      "gradient reached, such as a parameter the loss did not use or one after zero_grad()); check defined() first";
+  CHECK(message_of([&] { (void)none.shape(); }) == "[tensor] shape()" + hint);
+  CHECK(message_of([&] { (void)none.ndim(); }) == "[tensor] shape()" + hint);
+  CHECK(message_of([&] { (void)none.dim(0); }) == "[tensor] shape()" + hint);
+  CHECK(message_of([&] { (void)none.dtype(); }) == "[tensor] dtype()" + hint);
+  CHECK(message_of([&] { (void)none.device(); }) == "[tensor] device()" + hint);
+  CHECK(message_of([&] { (void)none.item(); }) == "[tensor] item()" + hint);
+  CHECK(message_of([&] { (void)none.to_doubles(); }) == "[tensor] to_doubles()" + hint);
+  CHECK(message_of([&] { (void)none.data<float>(); }) == "[tensor] data" + hint);
+  CHECK(message_of([&] { (void)none.reshape(Shape{1}); }) == "[tensor] reshape()" + hint);
+  Tensor target;
+  CHECK(message_of([&] { (void)target.mutable_data<float>(); }) == "[tensor] mutable_data" + hint);
+  CHECK(message_of([&] { target.copy_from(Tensor::zeros(Shape{1}, DType::f32)); }) == "[tensor] copy_from()" + hint);
+  Tensor one = Tensor::zeros(Shape{1}, DType::f32);
+  CHECK(message_of([&] { one.copy_from(none); }) == "[tensor] copy_from() from" + hint);
 }
 
 TEST_CASE("in-place writes move the storage's version; reads do not") {

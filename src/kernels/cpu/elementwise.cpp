@@ -138,7 +138,8 @@ void unary_backward(Unary op, const Tensor& x, const Tensor& y, const Tensor& dy
 void binary(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
   if (a.dtype() == DType::bf16 || b.dtype() == DType::bf16 || out.dtype() == DType::bf16)  // Note [bf16 elementwise]
     return kernels::visit_binary(op, [&]<class F>() { binary_mixed<F>(a, b, out); });
-  if (!(a.shape() == b.shape()) || op > Binary::div) return binary_walk(op, a, b, out);
+  const bool integer = out.dtype() == DType::i32 || out.dtype() == DType::i64;
+  if (!(a.shape() == b.shape()) || op > Binary::div || integer) return binary_walk(op, a, b, out);
   dispatch_float(kernels::binary_name(op), a.dtype(), [&]<class T>() {
     const Work work = Work::arithmetic;  // split from 64 KiB: two cores' caches beat one core's
     const T* A = static_cast<const T*>(a.raw_data());
@@ -191,10 +192,10 @@ namespace {
 // f64 parameters: the same expressions in fp64 (no zero blocks, no vector path).
 void adamw_step_f64(const kernels::AdamWSlot& slot, const AdamWScalars& s, const std::vector<const double*>& rows,
                     int64_t d) {
-  double* w = slot.param->data<double>();
+  double* w = slot.param->mutable_data<double>();
   const double* g = slot.grad->defined() ? slot.grad->data<double>() : nullptr;
-  double* mm = slot.m->data<double>();
-  double* vv = slot.v->data<double>();
+  double* mm = slot.m->mutable_data<double>();
+  double* vv = slot.v->mutable_data<double>();
   const double decay = 1.0 - s.lr64 * s.weight_decay64;
   const int64_t numel = slot.param->numel();
   parallel_for(numel, chunk_for(numel, sizeof(double), Work::arithmetic), [&](int64_t begin, int64_t end) {
@@ -244,10 +245,10 @@ void adamw_step(const kernels::AdamWSlot& slot, const AdamWScalars& s) {
   if (slot.param->dtype() != DType::f32)
     throw Error(std::string("[adamw] no CPU kernel for ") + dtype_name(slot.param->dtype()) + " (f64 and f32)");
   const std::vector<const float*> rows = sparse_rows<float>(slot, &d);
-  float* w = slot.param->data<float>();
+  float* w = slot.param->mutable_data<float>();
   const float* dense = slot.grad->defined() ? slot.grad->data<float>() : nullptr;
-  float* mm = slot.m->data<float>();
-  float* vv = slot.v->data<float>();
+  float* mm = slot.m->mutable_data<float>();
+  float* vv = slot.v->mutable_data<float>();
   uint8_t* zero_blocks = slot.zero_blocks;
   const float decay = kernels::adamw_decay(s);
   const float one_minus_b1 = 1.0f - s.beta1, one_minus_b2 = 1.0f - s.beta2;

@@ -76,24 +76,31 @@ View view_of(const Tensor& t) { return kernels::contiguous_view(t.shape()); }
 // out = F(a, b) with a and b broadcast to out's shape; runs with unit or zero strides get their own
 // loops (the compiler vectorizes those).
 void binary_walk(Binary op, const Tensor& a, const Tensor& b, Tensor& out) {
-  kernels::visit_binary(op, [&]<class F>() {
-    dispatch_float(F::name, out.dtype(), [&]<class T>() {
-      const Walk<3> w = make_walk<3>(out.shape(), {view_of(out), view_of(a), view_of(b)});
-      const T* A = static_cast<const T*>(a.raw_data());
-      const T* B = static_cast<const T*>(b.raw_data());
-      T* O = static_cast<T*>(out.raw_data());
-      parallel_for(w.numel, range_per_thread(w.numel, walk_chunk(w, sizeof(T), Work::arithmetic)), [&](int64_t begin, int64_t end) {
-        for_each_run(w, begin, end, [&](const int64_t* off, int64_t n, const int64_t* s) {
-          T* o = O + off[0];
-          const T* x = A + off[1];
-          const T* y = B + off[2];
-          if (s[1] == 1 && s[2] == 1) for (int64_t j = 0; j < n; ++j) o[j] = F::forward(x[j], y[j]);
-          else if (s[1] == 1 && s[2] == 0) for (int64_t j = 0; j < n; ++j) o[j] = F::forward(x[j], y[0]);
-          else if (s[1] == 0 && s[2] == 1) for (int64_t j = 0; j < n; ++j) o[j] = F::forward(x[0], y[j]);
-          else for (int64_t j = 0; j < n; ++j) o[j] = F::forward(x[j * s[1]], y[j * s[2]]);
-        });
+  auto run = [&]<class F, class T>() {
+    const Walk<3> w = make_walk<3>(out.shape(), {view_of(out), view_of(a), view_of(b)});
+    const T* A = static_cast<const T*>(a.raw_data());
+    const T* B = static_cast<const T*>(b.raw_data());
+    T* O = static_cast<T*>(out.raw_data());
+    parallel_for(w.numel, range_per_thread(w.numel, walk_chunk(w, sizeof(T), Work::arithmetic)), [&](int64_t begin, int64_t end) {
+      for_each_run(w, begin, end, [&](const int64_t* off, int64_t n, const int64_t* s) {
+        T* o = O + off[0];
+        const T* x = A + off[1];
+        const T* y = B + off[2];
+        if (s[1] == 1 && s[2] == 1) for (int64_t j = 0; j < n; ++j) o[j] = F::forward(x[j], y[j]);
+        else if (s[1] == 1 && s[2] == 0) for (int64_t j = 0; j < n; ++j) o[j] = F::forward(x[j], y[0]);
+        else if (s[1] == 0 && s[2] == 1) for (int64_t j = 0; j < n; ++j) o[j] = F::forward(x[0], y[j]);
+        else for (int64_t j = 0; j < n; ++j) o[j] = F::forward(x[j * s[1]], y[j * s[2]]);
       });
     });
+  };
+  if (out.dtype() == DType::i32 || out.dtype() == DType::i64) {
+    kernels::visit_integer_binary(op, [&]<class F>() {
+      dispatch_index(F::name, out.dtype(), [&]<class T>() { run.template operator()<F, T>(); });
+    });
+    return;
+  }
+  kernels::visit_binary(op, [&]<class F>() {
+    dispatch_float(F::name, out.dtype(), [&]<class T>() { run.template operator()<F, T>(); });
   });
 }
 

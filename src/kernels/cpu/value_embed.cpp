@@ -111,7 +111,7 @@ void value_embed_gather(const Tensor& weight, const Tensor& ids, Tensor& planes)
     return;
   }
   const bf16_t* src = static_cast<const bf16_t*>(weight.raw_data());  // bf16 widened to f32 (checked by the op)
-  float* dst = planes.data<float>();
+  float* dst = planes.mutable_data<float>();
   for (int64_t p = 0; p < p_count; ++p)
     for (int64_t i = 0; i < t; ++i)
       for (int64_t j = 0; j < d; ++j) dst[(p * t + i) * d + j] = widen(src[(p * vocab + id[static_cast<size_t>(i)]) * d + j]);
@@ -150,13 +150,13 @@ void value_embed_accumulate(const Tensor& dplanes, const Tensor& ids, kernels::V
       }
     });
   });
-  int32_t* mark = touched.data<int32_t>();
+  int32_t* mark = touched.mutable_data<int32_t>();
   for (int64_t token : id) mark[token] = 1;
 }
 
 int64_t value_embed_select_touched(const Tensor& touched, Tensor& selected) {
   const int32_t* mark = touched.data<int32_t>();
-  int32_t* out = selected.data<int32_t>();
+  int32_t* out = selected.mutable_data<int32_t>();
   int64_t count = 0;
   for (int64_t token = 0; token < touched.dim(0); ++token)
     if (mark[token]) out[count++] = static_cast<int32_t>(token);
@@ -168,7 +168,7 @@ void value_embed_take_rows(Tensor& sum, Tensor& touched, const Tensor& selected,
   const int64_t vocab = touched.dim(0), p_count = count ? rows.dim(0) / count : 0;
   const size_t row_bytes = static_cast<size_t>(sum.dim(1)) * dtype_size(sum.dtype());
   const int32_t* token = selected.data<int32_t>();
-  int64_t* row_id = rows.data<int64_t>();
+  int64_t* row_id = rows.mutable_data<int64_t>();
   char* s = static_cast<char*>(sum.raw_data());
   char* out = static_cast<char*>(grad.raw_data());
   for (int64_t p = 0; p < p_count; ++p)
@@ -178,7 +178,7 @@ void value_embed_take_rows(Tensor& sum, Tensor& touched, const Tensor& selected,
       std::memcpy(out + static_cast<size_t>(r) * row_bytes, s + static_cast<size_t>(row) * row_bytes, row_bytes);
       std::memset(s + static_cast<size_t>(row) * row_bytes, 0, row_bytes);
     }
-  int32_t* mark = touched.data<int32_t>();
+  int32_t* mark = touched.mutable_data<int32_t>();
   for (int64_t u = 0; u < count; ++u) mark[token[u]] = 0;
 }
 
@@ -202,8 +202,8 @@ void sparse_adamw_rows(Tensor& table, const Tensor& rows, const Tensor& grad, Te
                        const kernels::AdamWScalars& s) {
   const int64_t r_count = rows.dim(0), d = table.dim(1);
   const int64_t* row = rows.data<int64_t>();
-  float* mm = m.data<float>();
-  float* vv = v.data<float>();
+  float* mm = m.mutable_data<float>();
+  float* vv = v.mutable_data<float>();
   const float decay = kernels::adamw_decay(s);
   const float one_minus_b1 = 1.0f - s.beta1, one_minus_b2 = 1.0f - s.beta2;
   dispatch_table("sparse_adamw", table.dtype(), [&]<class W>() {

@@ -45,7 +45,7 @@ void distinct_ids(const I* id, int64_t b, int64_t v, const Shape& table_shape, T
                   std::to_string(i) + " is out of range for a table of " + std::to_string(v) + " rows (shape " +
                   table_shape.str() + ")");
   row_of = Tensor::empty(Shape{b}, DType::i32);
-  int32_t* of = row_of.data<int32_t>();
+  int32_t* of = row_of.mutable_data<int32_t>();
   std::vector<int32_t> distinct;
   auto index_of = [&](int32_t& slot, I value) {
     if (slot < 0) {
@@ -75,7 +75,7 @@ void distinct_ids(const I* id, int64_t b, int64_t v, const Shape& table_shape, T
 // The distinct ids again, from the ids and row_of (the backward's RowSparse ids).
 Tensor distinct_from(const Tensor& ids, const Tensor& row_of, int64_t k) {
   Tensor rows = Tensor::empty(Shape{k}, DType::i32);
-  int32_t* r = rows.data<int32_t>();
+  int32_t* r = rows.mutable_data<int32_t>();
   const int32_t* of = row_of.data<int32_t>();
   auto fill = [&](const auto* id) {
     for (int64_t i = 0; i < ids.numel(); ++i) r[of[i]] = static_cast<int32_t>(id[i]);
