@@ -102,7 +102,7 @@ fi
 
 # 3. the step with --dist (NCCL, one rank) against without
 for config in gpt2 small; do
-  args=(train --config "$config" --device cuda --dropout 0 --autocast bf16 --graph --steps 40)
+  args=(train --config "$config" --device cuda --dropout 0 --autocast bf16 --graph --steps 30)
   [[ $config == gpt2 ]] && args+=(--tokens random --gelu tanh --fused-mlp)
   timeout 300 "$gpt" "${args[@]}" > "$logs/step_${config}_plain.log" 2>&1
   timeout 300 "$gpt" "${args[@]}" --dist > "$logs/step_${config}_dist.log" 2>&1
