@@ -19,7 +19,9 @@
 #include "messages.hpp"
 #include "needs.hpp"
 #include "tapegrad/config.hpp"
+#if TAPEGRAD_WITH_CUDA
 #include "tapegrad/cuda/cuda.hpp"
+#endif
 #include "tapegrad/dist/comm.hpp"
 #include "tapegrad/dist/data_parallel.hpp"
 #include "tapegrad/ops/ops.hpp"
