@@ -277,17 +277,20 @@ void Communicator::reduce_scatter(const Tensor& in, Tensor& out) {
 void Communicator::all_reduce(Tensor& x) {
   check_sum_dtype("all-reduce", x);
   const int64_t n = x.numel(), ranks = size();
-  // the slices padded to a multiple of the ranks with zeros, which add nothing
+  // x itself where it cuts into N equal slices; else a copy padded with zeros, which add nothing
   const int64_t k = (n + ranks - 1) / ranks;
-  Tensor padded = Tensor::zeros(Shape{k * ranks}, x.dtype(), x.device());
+  const bool whole = n % ranks == 0 && x.defined();
+  Tensor padded = whole ? x.reshape(Shape{n}) : Tensor::zeros(Shape{k * ranks}, x.dtype(), x.device());
   Tensor rows = Tensor::empty(Shape{k * ranks}, x.dtype(), x.device());
   run("all-reduce", &x, nullptr, false, [&] {
-    padded.flat_view(0, Shape{n}).copy_from(x.reshape(Shape{n}));
+    if (!whole) padded.flat_view(0, Shape{n}).copy_from(x.reshape(Shape{n}));
     do_all_to_all(padded, rows);
     sum_rows_pairwise(rows, ranks);
     do_all_gather(rows.flat_view(0, Shape{k}), padded);
-    Tensor flat = x.reshape(Shape{n});
-    flat.copy_from(padded.flat_view(0, Shape{n}));
+    if (!whole) {
+      Tensor flat = x.reshape(Shape{n});
+      flat.copy_from(padded.flat_view(0, Shape{n}));
+    }
   });
   x.mark_modified();
 }

@@ -91,9 +91,10 @@ struct Mpi final : Communicator {
   // Polls until every request completes, or throws Timeout naming the ranks still awaited.
   void wait(Pending& p, const char* collective, size_t bytes) {
     using clock = std::chrono::steady_clock;
-    const auto deadline = clock::now() + std::chrono::duration<double>(deadline_seconds());
+    const auto started = clock::now();
+    const auto deadline = started + std::chrono::duration<double>(deadline_seconds());
     std::vector<int> done(p.requests.size());
-    for (int spin = 0;; ++spin) {
+    for (;;) {
       int count = 0;
       check(MPI_Testsome(static_cast<int>(p.requests.size()), p.requests.data(), &count, done.data(),
                          MPI_STATUSES_IGNORE),
@@ -113,8 +114,11 @@ struct Mpi final : Communicator {
         time_out(collective, bytes, std::string(late.size() == 1 ? "rank " : "ranks ") + names +
                                         " never reached it (dead, stuck, or somewhere else)");
       }
-      // spin briefly for fast exchanges, then back off to 1 ms, leaving the core to busy peers
-      if (spin > 64) std::this_thread::sleep_for(std::chrono::microseconds(std::min(1000, 10 * (spin - 64))));
+      // Poll with the core offered to others (a peer on an oversubscribed core) for the first 20 ms,
+      // the time a large exchange takes, then every 200 us: a rank that waits long is waiting for
+      // a peer's compute, and polls cost it nothing then.
+      if (clock::now() - started < std::chrono::milliseconds(20)) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
 
