@@ -3,17 +3,17 @@
 #  1. tests/dist/test_dist through NCCL in a world of one (TAPEGRAD_TEST_BACKEND=1): every
 #     collective at odd sizes and every dtype, data parallel and ZeRO-1 against one process, and a
 #     captured all-reduce replayed ([gpu]);
-#  2. two ranks on the one GPU, started without a launcher (TAPEGRAD_RANK and a rendezvous file),
-#     where the NCCL library allows it (NCCL 2.30's NCCL_MULTI_RANK_GPU_ENABLE=1; NCCL_LIBRARY names
-#     it, else the one PyTorch's nvidia-nccl wheel holds): test_dist at 2 ranks; gpt train on 2 ranks
-#     against --accumulate 2 in one process, eager, with --graph and with ZeRO-1, byte for byte; and
-#     a rank that hangs, which the other's deadline ends (exit 124, naming it);
+#  2. two ranks, started without a launcher (TAPEGRAD_RANK and a rendezvous file): on two GPUs where
+#     the machine has them, else on one GPU where the NCCL library allows it (NCCL 2.30's
+#     NCCL_MULTI_RANK_GPU_ENABLE=1; NCCL_LIBRARY names such a library), else SKIP: test_dist at 2
+#     ranks; gpt train on 2 ranks against --accumulate 2 in one process, eager, with --graph and
+#     with ZeRO-1, byte for byte; and a rank that hangs, which the other's deadline ends (exit 124);
 #  3. gpt's step with --dist against without, one rank: GPT-2 124M (bf16, --graph) and the small
-#     config: what the communicator costs at N = 1.
+#     config (a job of one makes no collective calls: the two should match).
 #
 #   BUILD=DIR LOGS=DIR [TIMING=0] scripts/gpu_dist.sh    (BUILD holds tests/dist/test_dist, tests/gpt/gpt and
 #                                              libtapegrad.so; LD_LIBRARY_PATH set by the caller)
-# Ends with one line per part, PASS/FAIL/INFO; exit 0 when every check passed.
+# Ends with one line per part, PASS/FAIL/SKIP/INFO; exit 0 when every check passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build-cuda} logs=${LOGS:-gpu-dist-logs}
@@ -42,15 +42,32 @@ rc=$?
 line "test_dist, NCCL, 1 rank (and [gpu])" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" \
   "exit $rc; $(grep -E '^\[doctest\] test cases' "$logs/test_dist_nccl1.log" | tr -s ' ')"
 
-# 2. two ranks on one GPU: NCCL 2.30's opt-in, with its library from NCCL_LIBRARY or PyTorch's wheel
-nccl=${NCCL_LIBRARY:-$wheel}
-version=$(python3 -c 'import torch; print(".".join(map(str, torch.cuda.nccl.version())))' 2>/dev/null)
-# two_ranks LOG ARGS...: ranks 0 and 1 on cuda:0 meeting through a fresh rendezvous file; the
+# 2. two ranks: on two GPUs where the machine has them, else on one GPU where the NCCL library
+# allows it (2.30's NCCL_MULTI_RANK_GPU_ENABLE=1; NCCL_LIBRARY names it, else PyTorch's wheel's);
+# older NCCL refuses a second rank on a GPU ("Duplicate GPU detected"), and the part says SKIP
+nccl_version() {  # nccl_version LIBRARY: its version code (22809 for 2.28.9), empty where unknown
+  python3 -c 'import ctypes, sys
+v = ctypes.c_int()
+ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v))
+print(v.value)' "$1" 2>/dev/null
+}
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+nccl=${NCCL_LIBRARY:-${TAPEGRAD_NCCL_LIBRARY:-${system_nccl:-$wheel}}}
+code=$(nccl_version "$nccl")
+version=${code:+$((code / 10000)).$((code / 100 % 100)).$((code % 100))}
+second_local_rank=1 two=""
+if (( gpus >= 2 )); then two="2 ranks on 2 GPUs"
+elif [[ -n $code ]] && (( code >= 23000 )); then two="2 ranks on one GPU" second_local_rank=0
+  export NCCL_MULTI_RANK_GPU_ENABLE=1
+else
+  line "2 ranks (NCCL ${version:-unknown})" SKIP "$gpus GPU; NCCL ${version:-of unknown version} ($nccl) refuses two ranks on one GPU (2.30 allows it): two GPUs or NCCL_LIBRARY=a 2.30 library"
+fi
+# two_ranks LOG ARGS...: ranks 0 and 1 (on cuda:0, or cuda:0 and cuda:1) meeting through a fresh rendezvous file; the
 # larger of their exit codes
 two_ranks() {
   local log=$1 rv=$w/rendezvous.$RANDOM rc0 rc1
   shift
-  TAPEGRAD_RANK=1 TAPEGRAD_WORLD_SIZE=2 TAPEGRAD_LOCAL_RANK=0 TAPEGRAD_RENDEZVOUS=$rv timeout 300 "$@" > "$log.rank1" 2>&1 &
+  TAPEGRAD_RANK=1 TAPEGRAD_WORLD_SIZE=2 TAPEGRAD_LOCAL_RANK=$second_local_rank TAPEGRAD_RENDEZVOUS=$rv timeout 300 "$@" > "$log.rank1" 2>&1 &
   local other=$!
   TAPEGRAD_RANK=0 TAPEGRAD_WORLD_SIZE=2 TAPEGRAD_LOCAL_RANK=0 TAPEGRAD_RENDEZVOUS=$rv timeout 300 "$@" > "$log" 2>&1
   rc0=$?
@@ -61,11 +78,11 @@ two_ranks() {
   rc1=$?
   return $((rc0 > rc1 ? rc0 : rc1))
 }
-if [[ -f $nccl ]]; then
-  export TAPEGRAD_NCCL_LIBRARY=$nccl NCCL_MULTI_RANK_GPU_ENABLE=1
+if [[ -n $two ]]; then
+  [[ -f $nccl ]] && export TAPEGRAD_NCCL_LIBRARY=$nccl
   two_ranks "$logs/test_dist_nccl2.log" env TAPEGRAD_TEST_DEVICE=cuda "$test_dist"
   rc=$?
-  line "test_dist, NCCL $version, 2 ranks on one GPU" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" \
+  line "test_dist, NCCL $version, $two" "$([[ $rc -eq 0 ]] && echo PASS || echo FAIL)" \
     "exit $rc; $(grep -E '^\[doctest\] test cases' "$logs/test_dist_nccl2.log" | tr -s ' '); $(grep -m1 -iE 'error|duplicate' "$logs/test_dist_nccl2.log.rank1" | head -c 120)"
   if [[ $rc -eq 0 ]]; then
     for mode in eager graph zero; do
@@ -96,8 +113,6 @@ if [[ -f $nccl ]]; then
       line "NCCL: a hung rank ends the job" FAIL "exit $rc after ${took} s: $(tail -n 2 "$logs/gpt_hang.log" | head -c 200)"
     fi
   fi
-else
-  line "2 ranks on one GPU" INFO "no NCCL with the multi-rank opt-in found (NCCL_LIBRARY, or PyTorch's nvidia-nccl wheel)"
 fi
 
 # 3. the step with --dist (NCCL, one rank) against without (TIMING=0 leaves it out)

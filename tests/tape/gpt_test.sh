@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # `tape show` on one training step of a GPT from tapegrad::nn (tests/tape/gpt_dump.cpp): the tiny
 # config's tape is summarised as one line per scope, one scope's tables and a search narrow it, and
-# a GPT of 500 blocks (over 5,000 nodes) is summarised as well, as deep as fits 100 lines. Prints each tape's size and how
-# long `tape show` took; a summary must come out within 5 s (it takes well under one; a sanitizer
-# build, ten times slower by design, passes its own budget).
+# a GPT of 500 blocks (over 5,000 nodes) is summarised as well, as deep as fits 100 lines. Prints each
+# tape's size and how long `tape show` took (a figure, never a check: a test's wall clock measures
+# the machine's load).
 #
-#   gpt_test.sh TAPE GPT_DUMP [BUDGET_MS]
+#   gpt_test.sh TAPE GPT_DUMP
 set -u
-TAPE=$1 DUMP=$2 BUDGET_MS=${3:-5000}
+TAPE=$1 DUMP=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fails=0 passes=0
@@ -18,15 +18,15 @@ expect() {  # expect NAME TEXT: the last output ($work/out) holds the fixed text
 }
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
 
-# timed_show NAME FILE ARGS...: runs tape show into $work/out, fails on a non-zero exit or > BUDGET_MS
+# timed_show NAME FILE ARGS...: runs tape show into $work/out, fails on a non-zero exit, prints the time
 timed_show() {
   local name=$1 file=$2 start end
   shift 2
   start=$(ms)
-  "$TAPE" show "$file" "$@" > "$work/out" 2> "$work/err" || fail "$name: tape show exited $?: $(cat "$work/err")"
+  if "$TAPE" show "$file" "$@" > "$work/out" 2> "$work/err"; then pass
+  else fail "$name: tape show exited $?: $(cat "$work/err")"; fi
   end=$(ms)
   echo "tape show $* on $(basename "$file"): $((end - start)) ms, $(wc -l < "$work/out") lines"
-  if (( end - start > BUDGET_MS )); then fail "$name: took $((end - start)) ms (budget $BUDGET_MS ms)"; else pass; fi
 }
 
 "$DUMP" "$work/gpt.json" > "$work/dump.txt" || { echo "FAIL gpt_dump"; exit 1; }

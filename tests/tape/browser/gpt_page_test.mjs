@@ -1,22 +1,24 @@
 // The tape page of a GPT in headless Chromium (harness.mjs): one training step of the tiny config
 // from tapegrad::nn (tests/tape/gpt_dump.cpp) and a GPT of 500 blocks (over 5,000 nodes). Each page
-// must be ready (its 'tape-ready' mark, set after the first frame) within 2000 ms of navigation
-// start (BUDGET_MS: more where the machine is busy with sanitizer builds' tests); the figures are
-// printed. On the tiny GPT: the outline groups values by scope, collapsed,
+// becomes ready (its 'tape-ready' mark, set after the first frame) with a few hundred elements in
+// the DOM whatever the tape's size, which is what keeps it quick; the time from navigation start is
+// printed, never asserted (a test's wall clock says more about the machine's load than the page).
+// On the tiny GPT: the outline groups values by scope, collapsed,
 // groups expand and collapse (their rows enter and leave the DOM), the search finds values by name
 // and expands their groups, and stepping marks the groups that hold the step's values.
 //
-//   node gpt_page_test.mjs GPT.html BIG.html SCREENSHOT.png [BUDGET_MS]
+//   node gpt_page_test.mjs GPT.html BIG.html SCREENSHOT.png
 import assert from 'node:assert/strict';
 import { statSync } from 'node:fs';
 import { check, checksPassed, launch, open, text } from './harness.mjs';
 
-const [gptPath, bigPath, screenshotPath, budget] = process.argv.slice(2);
+const [gptPath, bigPath, screenshotPath] = process.argv.slice(2);
 if (!screenshotPath) {
   console.error('usage: node gpt_page_test.mjs GPT.html BIG.html SCREENSHOT.png');
   process.exit(1);
 }
-const LOAD_BUDGET_MS = budget ? Number(budget) : 2000;
+// the page draws what is open, not what the tape holds: a bound on its elements at any size
+const MAX_ELEMENTS = 400;
 const browser = await launch();
 
 // Waits for the page's ready mark; returns milliseconds from navigation start, and what it holds.
@@ -43,7 +45,8 @@ const classesOf = (page, selector) => page.locator(selector).evaluate((e) => [..
 try {
   const { page, problems } = await open(browser, gptPath);
   const tiny = await readiness(page, gptPath, 'tiny GPT page');
-  await check(`the tiny GPT's page is ready within ${LOAD_BUDGET_MS} ms`, () => assert.ok(tiny.ms < LOAD_BUDGET_MS, `${tiny.ms} ms`));
+  await check(`the tiny GPT's page is ready with at most ${MAX_ELEMENTS} elements`,
+    () => assert.ok(tiny.elements <= MAX_ELEMENTS, `${tiny.elements} elements`));
   await check('the outline starts collapsed: the model\'s layers at the top, no block\'s rows in the DOM', async () => {
     assert.deepEqual(await topGroups(page), ['wpe', 'wte', 'h', 'ln_f', 'lm_head']);
     assert.equal(await page.locator('#panel-0 svg.graph').count(), 0);
@@ -120,9 +123,9 @@ try {
   // ---- thousands of nodes
   const big = await open(browser, bigPath);
   const many = await readiness(big.page, bigPath, 'GPT of 500 blocks page');
-  await check(`a page of ${many.nodes} nodes is ready within ${LOAD_BUDGET_MS} ms, with a few rows in the DOM`, async () => {
+  await check(`a page of ${many.nodes} nodes is ready with at most ${MAX_ELEMENTS} elements, a few rows in the DOM`, async () => {
     assert.ok(many.nodes >= 5000, `${many.nodes} nodes`);
-    assert.ok(many.ms < LOAD_BUDGET_MS, `${many.ms} ms`);
+    assert.ok(many.elements <= MAX_ELEMENTS, `${many.elements} elements`);
     assert.ok(await big.page.locator('#panel-0 .tree li').count() < 20);
   });
   await check('its blocks expand, its search finds one layer, and it steps to the end', async () => {
