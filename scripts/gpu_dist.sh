@@ -52,8 +52,17 @@ ctypes.CDLL(sys.argv[1]).ncclGetVersion(ctypes.byref(v))
 print(v.value)' "$1" 2>/dev/null
 }
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-nccl=${NCCL_LIBRARY:-${TAPEGRAD_NCCL_LIBRARY:-${system_nccl:-$wheel}}}
-code=$(nccl_version "$nccl")
+# NCCL_LIBRARY where given, else the newer of PyTorch's wheel's and the system's
+nccl=${NCCL_LIBRARY:-} code=""
+if [[ -n $nccl ]]; then code=$(nccl_version "$nccl")
+else
+  for candidate in "$wheel" "$system_nccl"; do
+    [[ -f $candidate ]] || continue
+    c=$(nccl_version "$candidate")
+    if [[ -n $c ]] && (( c > ${code:-0} )); then code=$c nccl=$candidate; fi
+  done
+fi
+echo "NCCL for two ranks: ${nccl:-none} (version code ${code:-unknown}); wheel $(nccl_version "$wheel"), system $(nccl_version "$system_nccl")"
 version=${code:+$((code / 10000)).$((code / 100 % 100)).$((code % 100))}
 second_local_rank=1 two=""
 if (( gpus >= 2 )); then two="2 ranks on 2 GPUs"
