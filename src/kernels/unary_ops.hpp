@@ -68,42 +68,39 @@ template <class T> TG_HD T pow_of(T x, T y) {
 #endif
 }
 
-// Each functor: name, the forward and derivative as text, where its gradient check samples x
-// (lo, hi; the check keeps away from 0, where relu has its kink), whether the op is a stream of memory more than arithmetic (how early
-// the CPU splits it over threads), whether its backward reads y (else x, or neither: the CUDA
-// kernels load only the one it reads), forward(x) and backward(x, y, dy).
-
-struct Neg {
-  static constexpr const char *name = "neg", *forward_text = "y = -x", *backward_text = "dx = -dy";
-  static constexpr double lo = -2, hi = 2;
-  static constexpr bool streaming = true;
+// Each functor: its name, the forward and derivative as text, forward(x) and backward(x, y, dy).
+// It derives from UnaryOp, whose defaults it overrides by declaring the same member.
+struct UnaryOp {
+  static constexpr double lo = -2, hi = 2;  // where the gradient check samples x (relu's keeps off 0)
+  // a stream of memory more than arithmetic: the CPU splits it over threads later
+  static constexpr bool streaming = false;
+  // the backward reads y, else x (or neither): the CUDA kernels load only the one it reads
   static constexpr bool backward_reads_y = false;
+};
+
+struct Neg : UnaryOp {
+  static constexpr const char *name = "neg", *forward_text = "y = -x", *backward_text = "dx = -dy";
+  static constexpr bool streaming = true;
   template <class T> TG_HD static T forward(T x) { return -x; }
   template <class T> TG_HD static T backward(T, T, T dy) { return -dy; }
 };
 
-struct Exp {
+struct Exp : UnaryOp {
   static constexpr const char *name = "exp", *forward_text = "y = exp(x)", *backward_text = "dx = dy * y";
-  static constexpr double lo = -2, hi = 2;
-  static constexpr bool streaming = false;
   static constexpr bool backward_reads_y = true;
   template <class T> TG_HD static T forward(T x) { return exp_of(x); }
   template <class T> TG_HD static T backward(T, T y, T dy) { return dy * y; }
 };
 
-struct Log {
+struct Log : UnaryOp {
   static constexpr const char *name = "log", *forward_text = "y = log(x)", *backward_text = "dx = dy / x";
   static constexpr double lo = 0.5, hi = 3;
-  static constexpr bool streaming = false;
-  static constexpr bool backward_reads_y = false;
   template <class T> TG_HD static T forward(T x) { return log_of(x); }
   template <class T> TG_HD static T backward(T x, T, T dy) { return dy / x; }
 };
 
-struct Tanh {
+struct Tanh : UnaryOp {
   static constexpr const char *name = "tanh", *forward_text = "y = tanh(x)", *backward_text = "dx = dy * (1 - y^2)";
-  static constexpr double lo = -2, hi = 2;
-  static constexpr bool streaming = false;
   static constexpr bool backward_reads_y = true;
   template <class T> TG_HD static T forward(T x) { return tanh_of(x); }
   template <class T> TG_HD static T backward(T, T y, T dy) { return dy * (T(1) - y * y); }
@@ -111,10 +108,9 @@ struct Tanh {
 
 // relu keeps NaN (as PyTorch's clamp_min does) and passes the gradient where y is not <= 0 (NaN
 // included), as PyTorch's threshold_backward does.
-struct Relu {
+struct Relu : UnaryOp {
   static constexpr const char *name = "relu", *forward_text = "y = max(x, 0)",
                               *backward_text = "dx = dy * [y > 0]";
-  static constexpr double lo = -2, hi = 2;
   static constexpr bool streaming = true;
   static constexpr bool backward_reads_y = true;
   template <class T> TG_HD static T forward(T x) { return x > T(0) || x != x ? x : T(0); }
@@ -122,11 +118,10 @@ struct Relu {
 };
 
 // sigmoid(x) = 1 / (1 + exp(-x)), as exp(x) / (1 + exp(x)) for x < 0 so that neither side overflows.
-struct Sigmoid {
+struct Sigmoid : UnaryOp {
   static constexpr const char *name = "sigmoid", *forward_text = "y = 1 / (1 + exp(-x))",
                               *backward_text = "dx = dy * y * (1 - y)";
   static constexpr double lo = -3, hi = 3;
-  static constexpr bool streaming = false;
   static constexpr bool backward_reads_y = true;
   template <class T> TG_HD static T forward(T x) {
     if (x >= T(0)) return T(1) / (T(1) + exp_of(-x));
@@ -137,12 +132,10 @@ struct Sigmoid {
 };
 
 // silu(x) = x * sigmoid(x); its derivative s + x s (1 - s) = s (1 + x (1 - s)), s = sigmoid(x).
-struct Silu {
+struct Silu : UnaryOp {
   static constexpr const char *name = "silu", *forward_text = "y = x * sigmoid(x)",
                               *backward_text = "dx = dy * s * (1 + x * (1 - s)), s = sigmoid(x)";
   static constexpr double lo = -3, hi = 3;
-  static constexpr bool streaming = false;
-  static constexpr bool backward_reads_y = false;
   template <class T> TG_HD static T forward(T x) { return x * Sigmoid::forward(x); }
   template <class T> TG_HD static T backward(T x, T, T dy) {
     const T s = Sigmoid::forward(x);
@@ -151,54 +144,46 @@ struct Silu {
 };
 
 // sqrt: dx = dy / (2 y); rsqrt y = 1 / sqrt(x): dx = -dy y^3 / 2.
-struct Sqrt {
+struct Sqrt : UnaryOp {
   static constexpr const char *name = "sqrt", *forward_text = "y = sqrt(x)", *backward_text = "dx = dy / (2 y)";
   static constexpr double lo = 0.5, hi = 3;
-  static constexpr bool streaming = false;
   static constexpr bool backward_reads_y = true;
   template <class T> TG_HD static T forward(T x) { return sqrt_of(x); }
   template <class T> TG_HD static T backward(T, T y, T dy) { return dy / (T(2) * y); }
 };
 
-struct Rsqrt {
+struct Rsqrt : UnaryOp {
   static constexpr const char *name = "rsqrt", *forward_text = "y = 1 / sqrt(x)",
                               *backward_text = "dx = -dy * y^3 / 2";
   static constexpr double lo = 0.5, hi = 3;
-  static constexpr bool streaming = false;
   static constexpr bool backward_reads_y = true;
   template <class T> TG_HD static T forward(T x) { return T(1) / sqrt_of(x); }
   template <class T> TG_HD static T backward(T, T y, T dy) { return -dy * (y * y * y) * T(0.5); }
 };
 
 // abs: the gradient is dy * sign(x), 0 at x = 0 and at NaN (PyTorch's sgn); the value keeps NaN.
-struct Abs {
+struct Abs : UnaryOp {
   static constexpr const char *name = "abs", *forward_text = "y = |x|", *backward_text = "dx = dy * sign(x)";
-  static constexpr double lo = -2, hi = 2;
   static constexpr bool streaming = true;
-  static constexpr bool backward_reads_y = false;
   template <class T> TG_HD static T forward(T x) { return x < T(0) ? -x : x == T(0) ? T(0) : x; }
   template <class T> TG_HD static T backward(T x, T, T dy) {
     return x > T(0) ? dy : x < T(0) ? -dy : T(0);
   }
 };
 
-struct Square {
+struct Square : UnaryOp {
   static constexpr const char *name = "square", *forward_text = "y = x^2", *backward_text = "dx = dy * 2x";
-  static constexpr double lo = -2, hi = 2;
   static constexpr bool streaming = true;
-  static constexpr bool backward_reads_y = false;
   template <class T> TG_HD static T forward(T x) { return x * x; }
   template <class T> TG_HD static T backward(T x, T, T dy) { return dy * (T(2) * x); }
 };
 
 // gelu, exact (PyTorch's default, approximate='none'): y = x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2;
 // dy/dx = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
-struct GeluErf {
+struct GeluErf : UnaryOp {
   static constexpr const char *name = "gelu_erf", *forward_text = "y = x/2 * (1 + erf(x / sqrt(2)))",
                               *backward_text = "dx = dy * (Phi(x) + x * exp(-x^2/2) / sqrt(2 pi))";
   static constexpr double lo = -3, hi = 3;
-  static constexpr bool streaming = false;
-  static constexpr bool backward_reads_y = false;
   static constexpr double kRsqrt2 = 0.7071067811865476, kRsqrt2Pi = 0.3989422804014327;
   template <class T> TG_HD static T forward(T x) { return T(0.5) * x * (T(1) + erf_of(x * T(kRsqrt2))); }
   template <class T> TG_HD static T backward(T x, T, T dy) {
@@ -210,12 +195,10 @@ struct GeluErf {
 // gelu, the tanh approximation (PyTorch's approximate='tanh', GPT-2's):
 // y = x/2 (1 + t), t = tanh(u), u = sqrt(2/pi) (x + 0.044715 x^3);
 // dy/dx = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
-struct GeluTanh {
+struct GeluTanh : UnaryOp {
   static constexpr const char *name = "gelu_tanh", *forward_text = "y = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))",
                               *backward_text = "dx = dy * ((1 + t)/2 + x/2 * (1 - t^2) * sqrt(2/pi) * (1 + 0.134145 x^2))";
   static constexpr double lo = -3, hi = 3;
-  static constexpr bool streaming = false;
-  static constexpr bool backward_reads_y = false;
   static constexpr double kC = 0.7978845608028654;  // sqrt(2 / pi)
   static constexpr double kA = 0.044715;
   template <class T> TG_HD static T forward(T x) {
