@@ -9,13 +9,13 @@
 #   GELU through the fused MLP (its GEMM epilogues) against PyTorch's tanh GELU, and with 3
 #   value-embed planes (GPT2=0 skips them; SMALL=0 skips the small config).
 #
-#   BUILD=DIR LOGS=DIR bench/gpt_step.sh   (BUILD holds tests/gpt/gpt; LD_LIBRARY_PATH set by the caller)
+#   BUILD=DIR LOGS=DIR bench/gpt_step.sh   (BUILD: a build with examples/gpt, the gpt program; LD_LIBRARY_PATH set by the caller)
 # Prints one line per measurement (PASS/FAIL for the parity checks); exit 0 when both parities pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build-cuda} logs=${LOGS:-gpt-step-logs}
 mkdir -p "$logs"
-gpt=$build/tests/gpt/gpt
+gpt=$build/examples/gpt
 python=$(command -v python3)
 status=0
 line() { printf '| %-44s | %-4s | %s\n' "$1" "$2" "$3" | tee -a "$logs/summary.txt"; [[ $2 != FAIL ]] || status=1; }

@@ -30,7 +30,7 @@ build=${BUILD:-build-cuda}
 # the programs `run` calls, as paths under the build folder
 programs=(libtapegrad.so tests/cuda/test_cuda tests/cuda/test_norm_cuda tests/cuda/test_nn_cuda
   tests/value_embed/test_value_embed_cuda apps/tiny_step apps/bob bench/cuda_bench bench/nd_cuda_bench
-  bench/attention_bench tests/gpt/gpt bench/gpt_value_embed tests/dist/test_dist)
+  bench/attention_bench examples/gpt bench/gpt_value_embed tests/dist/test_dist)
 
 prepare() {
   [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"

@@ -13,14 +13,14 @@
 #  4. the small config with 3 value-embed planes, sparse and dense, against none: step times;
 #  5. bench/gpt_value_embed: the value embeddings at GPT-2's sizes, sparse against dense.
 #
-#   BUILD=DIR LOGS=DIR scripts/gpu_gpt.sh     (BUILD holds tests/gpt/gpt, bench/gpt_value_embed and
+#   BUILD=DIR LOGS=DIR scripts/gpu_gpt.sh     (BUILD: a build with examples/gpt, bench/gpt_value_embed and
 #                                              libtapegrad.so; LD_LIBRARY_PATH set by the caller)
 # Ends with one line per part, PASS/FAIL/INFO; exit 0 when every check passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build-cuda} logs=${LOGS:-gpu-gpt-logs}
 mkdir -p "$logs"
-gpt=$build/tests/gpt/gpt
+gpt=$build/examples/gpt
 python=$(command -v python3)
 status=0
 line() { printf '| %-40s | %-4s | %s\n' "$1" "$2" "$3" | tee -a "$logs/summary.txt"; [[ $2 != FAIL ]] || status=1; }

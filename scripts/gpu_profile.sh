@@ -17,7 +17,7 @@ mkdir -p "$logs"
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
 cat docs/*.md README.md > "$w/prose.txt"
-gpt=$build/tests/gpt/gpt
+gpt=$build/examples/gpt
 # the steps counted by the one total-norm sum a training step makes (validation passes have none);
 # the window, after about 7 steps of warm-up, ends well before the validation at step 40
 # CONFIG=gpt2: GPT-2 124M's sizes on random tokens (--tokens random), a window of a few steps, no PyTorch part
