@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_gpt: examples/gpt on a GPU machine, in one device call (scripts/gpu_check.sh runs it too):
+# gpu_gpt: examples/gpt on a GPU machine, in one run (scripts/gpu_check.sh runs it too):
 #  1. the tiny config on CUDA: 30 steps and a resume to 60 against 60 in one run (the same
 #     checkpoint bytes), 60 with --graph against them (the same bytes again), the same with bf16
 #     products and activations (--autocast bf16, eager against --graph, and AdamW's bf16 weight

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpu_profile: where the small GPT's step spends its GPU time, tapegrad's and PyTorch eager's, in one
-# device call. tapegrad: `ncu` times every kernel of a few steps (after warm-up; the clocks and the
+# run. tapegrad: `ncu` times every kernel of a few steps (after warm-up; the clocks and the
 # caches left as a run has them), summed by kernel name over the whole steps of the window: the
 # launches after its first clip_grad_norm total (one sum_all_f64 kernel a step) up to its last, so a
 # step's forward is counted as often as its backward and its update. PyTorch: torch.profiler over
