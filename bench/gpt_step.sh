@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpt_step: one training step of examples/gpt's small config (L6 H6 C384 T256 B64, dropout 0) on
-# CUDA, tapegrad against PyTorch in the same call (docs/perf-gpt-gpu.md's table):
+# CUDA, tapegrad against PyTorch in the same run (docs/perf-gpt-gpu.md's table):
 #   tapegrad f32 and tapegrad --autocast bf16 (100 steps each, the median of steps 11 to 100), each
 #   also with --graph (every step after the second a replay of one captured CUDA graph), each
 #   run's PyTorch parity (tests/gpt/parity.py over the same 100 batches, f32 bounds or bf16's), and

@@ -237,7 +237,7 @@ PY
   note "bob invocation (cuda, process)" INFO "$(( (t_end - t_start) / 5000000 )) ms per whole invocation (mean of 5)"
   rm -rf "$bobdir"
 
-  # 3. benchmarks (not timed tests; BENCH=0 leaves them out, for a call that has time for the checks alone)
+  # 3. benchmarks (not timed tests; BENCH=0 leaves them out, for a run that has time for the checks alone)
   : > "$logs/bench.txt"
   if [[ ${BENCH:-1} != 0 ]]; then
     timeout 90 "$build/bench/cuda_bench" 1000 2>&1 | tee "$logs/bench.txt"

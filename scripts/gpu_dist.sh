@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_dist: src/dist on a GPU machine, in one call (scripts/gpu_check.sh runs it too):
+# gpu_dist: src/dist on a GPU machine, in one run (scripts/gpu_check.sh runs it too):
 #  1. tests/dist/test_dist through NCCL in a world of one (TAPEGRAD_TEST_BACKEND=1): every
 #     collective at odd sizes and every dtype, data parallel and ZeRO-1 against one process, and a
 #     captured all-reduce replayed ([gpu]);

@@ -9,7 +9,7 @@
 #  2. the small config (nanoGPT's shakespeare_char sizes) on CUDA, f32, trained on this repository's
 #     own prose (docs/*.md and README.md, about 220 KB): the step time and the validation loss;
 #  3. the PyTorch parity of the small config (tests/gpt/parity.py --device cuda, dropout 0, 100
-#     steps), and PyTorch eager's f32 step time in the same call;
+#     steps), and PyTorch eager's f32 step time in the same run;
 #  4. the small config with 3 value-embed planes, sparse and dense, against none: step times;
 #  5. bench/gpt_value_embed: the value embeddings at GPT-2's sizes, sparse against dense.
 #
