@@ -12,7 +12,7 @@
 //
 //   ./build/bench/bench_matmul --benchmark_repetitions=9 --benchmark_enable_random_interleaving=true
 //       --benchmark_format=json > matmul.json   (one line)
-//   python3 bench/matmul_table.py matmul.json     # medians and best runs, as docs/perf.md shows them
+//   python3 bench/matmul_table.py matmul.json     # medians and best runs, as docs/perf-cpu.md shows them
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 

@@ -1,6 +1,6 @@
 // N-d ops on the CPU against libtorch, in one binary (Google Benchmark; not a timed test): an
 // elementwise chain, softmax and one causal self-attention block, each forward and backward
-// through each library's engine, f32, on 1 and 2 threads. docs/perf.md has the figures and the
+// through each library's engine, f32, on 1 and 2 threads. docs/perf-cpu.md has the figures and the
 // machine.
 //
 //   ./build/bench/bench_nd --benchmark_repetitions=5 --benchmark_report_aggregates_only=true

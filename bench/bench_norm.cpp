@@ -1,10 +1,10 @@
 // layer_norm and rms_norm on the CPU against libtorch, in one binary (Google Benchmark; not a timed
-// test). f32 rows of C = 768, 10^5 to 10^7 elements, on 1 and 2 threads; docs/perf.md
+// test). f32 rows of C = 768, 10^5 to 10^7 elements, on 1 and 2 threads; docs/perf-cpu.md
 // ("Normalisation") has the figures and the machine.
 //
 //   ./build/bench/bench_norm --benchmark_enable_random_interleaving=true --benchmark_repetitions=9
 //       --benchmark_min_time=0.2 --benchmark_report_aggregates_only=true --benchmark_out=norm.json
-//   python3 bench/norm_table.py norm.json   (docs/perf.md's tables)
+//   python3 bench/norm_table.py norm.json   (docs/perf-cpu.md's tables)
 //
 // Arguments of every benchmark: {elements, threads}.
 // - Kernels: BM_*Kernels is tapegrad's forward kernel then its backward kernel (dx, dweight, dbias

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpt_step: one training step of examples/gpt's small config (L6 H6 C384 T256 B64, dropout 0) on
-# CUDA, tapegrad against PyTorch in the same call (docs/performance.md's table):
+# CUDA, tapegrad against PyTorch in the same run (docs/perf-gpt-gpu.md's table):
 #   tapegrad f32 and tapegrad --autocast bf16 (100 steps each, the median of steps 11 to 100), each
 #   also with --graph (every step after the second a replay of one captured CUDA graph), each
 #   run's PyTorch parity (tests/gpt/parity.py over the same 100 batches, f32 bounds or bf16's), and
@@ -9,13 +9,13 @@
 #   GELU through the fused MLP (its GEMM epilogues) against PyTorch's tanh GELU, and with 3
 #   value-embed planes (GPT2=0 skips them; SMALL=0 skips the small config).
 #
-#   BUILD=DIR LOGS=DIR bench/gpt_step.sh   (BUILD holds tests/gpt/gpt; LD_LIBRARY_PATH set by the caller)
+#   BUILD=DIR LOGS=DIR bench/gpt_step.sh   (BUILD: a build with examples/gpt, the gpt program; LD_LIBRARY_PATH set by the caller)
 # Prints one line per measurement (PASS/FAIL for the parity checks); exit 0 when both parities pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build-cuda} logs=${LOGS:-gpt-step-logs}
 mkdir -p "$logs"
-gpt=$build/tests/gpt/gpt
+gpt=$build/examples/gpt
 python=$(command -v python3)
 status=0
 line() { printf '| %-44s | %-4s | %s\n' "$1" "$2" "$3" | tee -a "$logs/summary.txt"; [[ $2 != FAIL ]] || status=1; }

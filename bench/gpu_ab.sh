@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# gpu_ab.sh: two builds' GPU figures interleaved in one device call (not a test): bob's update
+# gpu_ab.sh: two builds' GPU figures interleaved in one run (not a test): bob's update
 # (bench/cuda_bench: one replayed graph of 10 updates, op by op) and the value-embed backward
 # (value_embed --bench), ROUNDS times each, old then new, so that both see the same machine.
 #
-#   bench/gpu_ab.sh OLD_BUILD NEW_BUILD [ROUNDS=3]     (on the GPU machine, after gpu_check.sh's setup)
+#   bench/gpu_ab.sh OLD_BUILD NEW_BUILD [ROUNDS=3]     (on a GPU machine, with two builds as scripts/gpu_check.sh makes them)
 set -uo pipefail
 OLD=$1 NEW=$2 ROUNDS=${3:-3}
 cublas_dir=$(dirname "$(find /usr/local/cuda/ /usr/local/cuda-*/ /usr/lib /opt -name 'libcublas.so.13' 2>/dev/null | head -1)" 2>/dev/null)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The tables of docs/perf.md, "CPU matrix products", from bench_matmul's JSON (run with
+"""The tables of docs/perf-cpu.md, "CPU matrix products", from bench_matmul's JSON (run with
 --benchmark_repetitions=N --benchmark_format=json, no aggregates-only): for each product, dtype
 and thread count, the median over the repetitions of tapegrad's kernel, its op and cblas in
 GFLOP/s, the median of the repetitions' kernel / cblas and op / cblas ratios (each repetition

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""docs/perf.md's "Normalisation" tables from bench_norm's JSON output.
+"""docs/perf-cpu.md's "Normalisation" tables from bench_norm's JSON output.
 
   ./build/bench/bench_norm --benchmark_enable_random_interleaving=true --benchmark_repetitions=9 \
       --benchmark_min_time=0.2 --benchmark_report_aggregates_only=true --benchmark_out=norm.json

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# gpu_check: every GPU check of the CUDA backend in one device call. Run it on each change to src/cuda.
+# gpu_check: every GPU test and benchmark of the CUDA backend, on a machine with an NVIDIA GPU.
+# Run it on each change to src/cuda.
 #
-#   scripts/gpu_check.sh prepare   here: build build-cuda (-Dcuda=enabled) and copy into .device/lib
-#                                  the shared libraries the GPU machine may lack (simdjson; OpenBLAS
-#                                  and the gfortran and quadmath libraries it needs)
-#   scripts/gpu_check.sh pack DIR  here, after prepare: copy the programs `run` needs, stripped, into
-#                                  .device/DIR, under their build-tree paths, and pack that and
-#                                  .device/lib into .device/pack.tar.xz (about 10 MB: the device tool
-#                                  carries 64 MiB at most)
-#   scripts/gpu_check.sh run       there, through the device tool, in one call:
-#                                    run: {command: "scripts/gpu_check.sh run", carry: ["build-cuda", ".device"]}
-#                                    or, packed: {command: "tar xJf .device/pack.tar.xz -C .device &&
-#                                                 BUILD=.device/DIR scripts/gpu_check.sh run",
-#                                                 carry: [".device/pack.tar.xz"]}
+#   scripts/gpu_check.sh           build BUILD (default build-cuda, -Dcuda=enabled) where it is not
+#                                  built, then run every check (`run`)
+#   scripts/gpu_check.sh run       run every check against the programs already built in BUILD
+#   scripts/gpu_check.sh prepare   build BUILD, and copy into .device/lib the shared libraries another
+#                                  GPU machine may lack (simdjson; OpenBLAS and the gfortran and
+#                                  quadmath libraries it needs; Open MPI's)
+#   scripts/gpu_check.sh pack DIR  after prepare, to run the checks on another GPU machine that lacks
+#                                  the build's libraries: copy the programs `run` calls, stripped, into
+#                                  .device/DIR under their build-tree paths, and pack that and
+#                                  .device/lib into .device/pack.tar.xz (about 10 MB). Unpack it there,
+#                                  in a checkout of the same commit, and run:
+#                                    tar xJf .device/pack.tar.xz -C .device &&
+#                                      BUILD=.device/DIR scripts/gpu_check.sh run
 #
 # `run` does, in order: tests/cuda (test_cuda); tiny_step on the CPU and on CUDA for the shipped
 # trace, --overwrite-bug and every fixture config, comparing the two byte for byte and each with
@@ -20,9 +22,9 @@
 # N-d kernels' bandwidth (bench/nd_cuda_bench) and PyTorch's (bench/nd_torch.py); bench/attention_bench
 # against PyTorch's attention (bench/attention_torch.py);
 # test_cuda once more under compute-sanitizer memcheck; examples/gpt (scripts/gpu_gpt.sh); src/dist
-# through NCCL (scripts/gpu_dist.sh). BENCH=0
-# runs the checks without the benchmarks. It ends with a short table; full logs go
-# to $OUT (the device tool brings them back) or ./gpu-check-logs. Exit status 0 when all passed.
+# through NCCL (scripts/gpu_dist.sh). BENCH=0 runs the checks without the benchmarks. It ends with a
+# short table; full logs go to the folder LOGS (default ./gpu-check-logs). Exit status 0 when all
+# passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build-cuda}
@@ -30,21 +32,25 @@ build=${BUILD:-build-cuda}
 # the programs `run` calls, as paths under the build folder
 programs=(libtapegrad.so tests/cuda/test_cuda tests/cuda/test_norm_cuda tests/cuda/test_nn_cuda
   tests/value_embed/test_value_embed_cuda apps/tiny_step apps/bob bench/cuda_bench bench/nd_cuda_bench
-  bench/attention_bench tests/gpt/gpt bench/gpt_value_embed tests/dist/test_dist)
+  bench/attention_bench examples/gpt bench/gpt_value_embed tests/dist/test_dist)
 
-prepare() {
+build_programs() {
   [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
   if [[ ! -f $build/build.ninja ]]; then meson setup "$build" -Dcuda=enabled || exit 1; fi
   scripts/stale_cuda_objects.sh "$build"
   ninja -C "$build" "${programs[@]}" || exit 1
+}
+
+prepare() {
+  build_programs
   mkdir -p .device/lib
   local lib
   for lib in $(ldd "$build/libtapegrad.so" |
                awk '/libsimdjson|libopenblas|libgfortran|libquadmath|libmpi|libopen-rte|libopen-pal|libhwloc|libevent|libudev/ {print $3}'); do
     cp -L "$lib" .device/lib/ || exit 1
   done
-  du -sh "$build" .device | sed 's/^/carry: /'
-  echo 'now: run {command: "scripts/gpu_check.sh run", carry: ["'"$build"'", ".device"], timeout_s: 600}'
+  du -sh "$build" .device/lib
+  echo "now: scripts/gpu_check.sh run on this machine's GPU, or scripts/gpu_check.sh pack DIR for another GPU machine"
 }
 
 pack() {
@@ -59,22 +65,22 @@ pack() {
     strip --strip-unneeded -o "$dest/$p" "$build/$p" || exit 1
   done
   tar cJf .device/pack.tar.xz -C .device lib "$name" || exit 1
-  du -sh .device/pack.tar.xz | sed 's/^/carry: /'
-  echo 'now: run {command: "tar xJf .device/pack.tar.xz -C .device && BUILD=.device/'"$name"' scripts/gpu_check.sh run",' \
-    'carry: [".device/pack.tar.xz"], timeout_s: 600}'
+  du -sh .device/pack.tar.xz
+  echo "on the other GPU machine, in a checkout of this commit with .device/pack.tar.xz in place:"
+  echo "  tar xJf .device/pack.tar.xz -C .device && BUILD=.device/$name scripts/gpu_check.sh run"
 }
 
 run() {
-  local logs=${OUT:-gpu-check-logs}
+  local logs=${LOGS:-${OUT:-gpu-check-logs}}
   mkdir -p "$logs"
-  . scripts/gpu_env.sh  # .device/lib and the machine's cuBLAS on LD_LIBRARY_PATH
+  . scripts/gpu_env.sh  # the machine's cuBLAS (and a pack's .device/lib) on LD_LIBRARY_PATH
   local table=() failed=0
   note() { table+=("$(printf '| %-34s | %-6s | %s' "$1" "$2" "$3")"); [[ $2 == PASS || $2 == INFO ]] || failed=1; }
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$logs/device.txt"
 
   # 1. the GPU tests, with chained launches (the default) and with plain ones (Note [chained
-  # launches] in src/cuda/memory.cu). Every GPU command runs under `timeout`: a hang costs minutes
-  # of a small device budget, not all of it.
+  # launches] in src/cuda/memory.cu). Every GPU command runs under `timeout`: a hang costs minutes,
+  # not the whole run.
   local t0 rc summary mode
   for mode in 1 0; do
     t0=$SECONDS
@@ -103,7 +109,7 @@ run() {
   done
 
   # 2. tiny_step: CPU against CUDA, byte for byte, and both against the expected files. The traces
-  # go to a scratch folder ($OUT brings back 8 files at most); the first differing pair is kept.
+  # go to a scratch folder; the logs keep the first differing pair.
   local fixtures=tests/fixtures/tiny same=0 differ=0 expected_ok=0 expected_bad=0 cases=0 traces
   traces=$(mktemp -d)
   tiny_pair() {  # tiny_pair NAME EXPECTED-FILE ARGS...
@@ -231,7 +237,7 @@ PY
   note "bob invocation (cuda, process)" INFO "$(( (t_end - t_start) / 5000000 )) ms per whole invocation (mean of 5)"
   rm -rf "$bobdir"
 
-  # 3. benchmarks (not timed tests; BENCH=0 leaves them out, for a call that has time for the checks alone)
+  # 3. benchmarks (not timed tests; BENCH=0 leaves them out, for a run that has time for the checks alone)
   : > "$logs/bench.txt"
   if [[ ${BENCH:-1} != 0 ]]; then
     timeout 90 "$build/bench/cuda_bench" 1000 2>&1 | tee "$logs/bench.txt"
@@ -280,8 +286,11 @@ PY
 }
 
 case ${1:-} in
+  '')  # build where BUILD is a build folder (or none yet); a folder unpacked from a pack is run as it is
+    if [[ ! -d $build || -f $build/build.ninja ]]; then build_programs; fi
+    run ;;
   prepare) prepare ;;
   pack) pack "${2:-}" ;;
   run) run ;;
-  *) echo "usage: scripts/gpu_check.sh prepare|pack DIR|run" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu_check.sh [run|prepare|pack DIR]" >&2; exit 2 ;;
 esac

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_dist: src/dist on a GPU machine, in one call (scripts/gpu_check.sh runs it too):
+# gpu_dist: src/dist on a GPU machine, in one run (scripts/gpu_check.sh runs it too):
 #  1. tests/dist/test_dist through NCCL in a world of one (TAPEGRAD_TEST_BACKEND=1): every
 #     collective at odd sizes and every dtype, data parallel and ZeRO-1 against one process, and a
 #     captured all-reduce replayed ([gpu]);
@@ -11,14 +11,14 @@
 #  3. gpt's step with --dist against without, one rank: GPT-2 124M (bf16, --graph) and the small
 #     config (a job of one makes no collective calls: the two should match).
 #
-#   BUILD=DIR LOGS=DIR [TIMING=0] scripts/gpu_dist.sh    (BUILD holds tests/dist/test_dist, tests/gpt/gpt and
+#   BUILD=DIR LOGS=DIR [TIMING=0] scripts/gpu_dist.sh    (BUILD: a build with tests/dist/test_dist, examples/gpt and
 #                                              libtapegrad.so; LD_LIBRARY_PATH set by the caller)
 # Ends with one line per part, PASS/FAIL/SKIP/INFO; exit 0 when every check passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build-cuda} logs=${LOGS:-gpu-dist-logs}
 mkdir -p "$logs"
-gpt=$build/tests/gpt/gpt test_dist=$build/tests/dist/test_dist
+gpt=$build/examples/gpt test_dist=$build/tests/dist/test_dist
 status=0
 line() { printf '| %-44s | %-4s | %s\n' "$1" "$2" "$3" | tee -a "$logs/summary.txt"; [[ $2 != FAIL ]] || status=1; }
 w=$(mktemp -d)

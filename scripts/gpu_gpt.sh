@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_gpt: examples/gpt on a GPU machine, in one device call (scripts/gpu_check.sh runs it too):
+# gpu_gpt: examples/gpt on a GPU machine, in one run (scripts/gpu_check.sh runs it too):
 #  1. the tiny config on CUDA: 30 steps and a resume to 60 against 60 in one run (the same
 #     checkpoint bytes), 60 with --graph against them (the same bytes again), the same with bf16
 #     products and activations (--autocast bf16, eager against --graph, and AdamW's bf16 weight
@@ -9,18 +9,18 @@
 #  2. the small config (nanoGPT's shakespeare_char sizes) on CUDA, f32, trained on this repository's
 #     own prose (docs/*.md and README.md, about 220 KB): the step time and the validation loss;
 #  3. the PyTorch parity of the small config (tests/gpt/parity.py --device cuda, dropout 0, 100
-#     steps), and PyTorch eager's f32 step time in the same call;
+#     steps), and PyTorch eager's f32 step time in the same run;
 #  4. the small config with 3 value-embed planes, sparse and dense, against none: step times;
 #  5. bench/gpt_value_embed: the value embeddings at GPT-2's sizes, sparse against dense.
 #
-#   BUILD=DIR LOGS=DIR scripts/gpu_gpt.sh     (BUILD holds tests/gpt/gpt, bench/gpt_value_embed and
+#   BUILD=DIR LOGS=DIR scripts/gpu_gpt.sh     (BUILD: a build with examples/gpt, bench/gpt_value_embed and
 #                                              libtapegrad.so; LD_LIBRARY_PATH set by the caller)
 # Ends with one line per part, PASS/FAIL/INFO; exit 0 when every check passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD:-build-cuda} logs=${LOGS:-gpu-gpt-logs}
 mkdir -p "$logs"
-gpt=$build/tests/gpt/gpt
+gpt=$build/examples/gpt
 python=$(command -v python3)
 status=0
 line() { printf '| %-40s | %-4s | %s\n' "$1" "$2" "$3" | tee -a "$logs/summary.txt"; [[ $2 != FAIL ]] || status=1; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpu_profile: where the small GPT's step spends its GPU time, tapegrad's and PyTorch eager's, in one
-# device call. tapegrad: `ncu` times every kernel of a few steps (after warm-up; the clocks and the
+# run. tapegrad: `ncu` times every kernel of a few steps (after warm-up; the clocks and the
 # caches left as a run has them), summed by kernel name over the whole steps of the window: the
 # launches after its first clip_grad_norm total (one sum_all_f64 kernel a step) up to its last, so a
 # step's forward is counted as often as its backward and its update. PyTorch: torch.profiler over
@@ -17,7 +17,7 @@ mkdir -p "$logs"
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
 cat docs/*.md README.md > "$w/prose.txt"
-gpt=$build/tests/gpt/gpt
+gpt=$build/examples/gpt
 # the steps counted by the one total-norm sum a training step makes (validation passes have none);
 # the window, after about 7 steps of warm-up, ends well before the validation at step 40
 # CONFIG=gpt2: GPT-2 124M's sizes on random tokens (--tokens random), a window of a few steps, no PyTorch part

@@ -1,4 +1,4 @@
-"""The PyTorch baselines of docs/value_embed.md, run in the same device call as `value_embed --bench`.
+"""The PyTorch baselines of docs/value_embed.md, timed beside `value_embed --bench` on the same GPU (bench/value_embed/run_device.sh).
 
 - dense: PyTorch's autograd of the plain gather, `weight.view(P, V, D)[:, ids]`, whose backward makes a
   dense (P*V, D) gradient and adds it into weight.grad (kept between steps, as in training);

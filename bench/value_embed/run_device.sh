@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# The value-embed path on the GPU machine, in ONE device call: its CPU and CUDA tests, the SASS of
-# its hot kernels, `value_embed --bench` with the PyTorch baselines (baseline.py) on the same ids,
-# and the app at the seed's sizes. Everything printed also lands in $OUT.
+# The value-embed path on a GPU machine, in one run: its CPU and CUDA tests, the SASS of its hot
+# kernels, `value_embed --bench` with the PyTorch baselines (baseline.py) on the same ids, and the
+# app at the seed's sizes. Everything printed also lands in the folder LOGS (default
+# /tmp/value_embed_out).
 #
-# Here, first: meson setup build-ve -Dcuda=enabled && ninja -C build-ve -j2 apps/value_embed/value_embed
-#   tests/value_embed/test_value_embed tests/value_embed/test_value_embed_cuda
-#   mkdir -p .device/lib && cp -L /lib/x86_64-linux-gnu/libsimdjson.so.14* .device/lib/
-# Then: run(command="bash bench/value_embed/run_device.sh", carry=["build-ve", ".device"])
+# First, the build it runs:
+#   meson setup build-ve -Dcuda=enabled && ninja -C build-ve apps/value_embed/value_embed
+#     tests/value_embed/test_value_embed tests/value_embed/test_value_embed_cuda
+# Then: bash bench/value_embed/run_device.sh (where the build was made on another machine, put the
+# libraries this one lacks, say libsimdjson.so.14, in .device/lib, as scripts/gpu_check.sh pack does)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export LD_LIBRARY_PATH="$PWD/.device/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" PYTHONUNBUFFERED=1
-out=${OUT:-/tmp/value_embed_out}
+out=${LOGS:-${OUT:-/tmp/value_embed_out}}
 data=/tmp/value_embed_data
 mkdir -p "$out" "$data"
 

@@ -65,7 +65,7 @@ bool attention_wgmma_available(int device = 0);  // compute capability 9.0
 // runs (Note [overlapped wgmma forward]): a mask of kOverlapForward, kOverlapDq and kOverlapDkdv,
 // by default dQ's alone: timed on an H100, the overlapped forward and dK/dV (which holds 2 blocks a
 // multiprocessor where the other holds 3) were slower than a product at a time, the overlapped dQ
-// faster on causal rows (docs/performance.md). TAPEGRAD_ATTENTION_OVERLAP=N (0 to 7) in the
+// faster on causal rows (docs/perf-gpt-gpu.md). TAPEGRAD_ATTENTION_OVERLAP=N (0 to 7) in the
 // environment sets the mask of a run. The same bits whichever kernels run.
 inline constexpr unsigned kOverlapForward = 1, kOverlapDq = 2, kOverlapDkdv = 4;
 inline constexpr unsigned kOverlapDefault = kOverlapDq;

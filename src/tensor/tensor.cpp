@@ -76,7 +76,7 @@ void note_host_fallback(const char*) { g_host_fallbacks.fetch_add(1); }
 // larger blocks by exact size (up to 256 MiB in all), so its large tensors, which come back at the
 // same sizes every step, reuse theirs instead of being mapped and page-faulted in afresh every step
 // (a 40 MB activation is 10^4 page faults each time: at 10^7 elements an elementwise chain or a
-// softmax spends more time faulting than computing, docs/perf.md).
+// softmax spends more time faulting than computing, docs/perf-cpu.md).
 
 namespace {
 

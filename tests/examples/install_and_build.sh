@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs tapegrad from the build into a temporary root, then builds each example (examples/char_mlp,
+# Installs tapegrad from the build into a temporary root (the library, its pkg-config and CMake
+# packages, and the programs: tiny_step, bob, gpt, tape, value_embed), then builds each example (examples/char_mlp,
 # examples/custom_op, examples/tiny_cnn, examples/attention) as a separate project against it through pkg-config, and runs
 # it: char_mlp's loss must fall, custom_op's op (defined outside the tree) must pass the gradient check,
 # reach the overwrite-bug mode, and dump a tape that `tape show` reads, tiny_cnn's loss must fall and
@@ -13,6 +14,9 @@ trap 'rm -rf "$root"' EXIT
 meson install -C "$BUILD" --destdir "$root/dest" --no-rebuild --quiet > "$root/install.log"
 pc=$(find "$root/dest" -name tapegrad.pc | head -n 1)
 [[ -n "$pc" ]] || { echo "FAIL: meson install put no tapegrad.pc in place"; exit 1; }
+for program in tiny_step bob gpt tape value_embed; do  # the programs (README, "Programs")
+  [[ -x $(find "$root/dest" -path "*/bin/$program" | head -n 1) ]] || { echo "FAIL: meson install put no bin/$program in place"; exit 1; }
+done
 libdir=$(dirname "$(dirname "$pc")")
 export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR="$root/dest"
 echo "installed: $(pkg-config --modversion tapegrad) ($(pkg-config --cflags tapegrad))"

@@ -47,7 +47,7 @@ T row_sum(const T* x, size_t n, size_t stride) {
 // shape alone, each tile is the same BLAS call whichever thread runs it, and a product gives the
 // same bits with 1 thread or 64. The cost is a tile's packing of its own panels of a and b: tiles
 // are at least 128 rows (512 where b's panel is large) by the whole of m up to 1024 columns, and
-// products below 2^22 multiply-adds are one tile (docs/perf.md, "CPU matrix products", has what
+// products below 2^22 multiply-adds are one tile (docs/perf-cpu.md, "CPU matrix products", has what
 // it costs against OpenBLAS's own threads).
 
 namespace {
