@@ -5,9 +5,11 @@
 //   Conv2d(16, 32, 3, padding 1) ReLU MaxPool2d(2)              -> (B, 32, 2, 2)
 //   Flatten Linear(128, 10), cross-entropy, Adam (lr 1e-3)
 //
-// over the data file's images in batches of 32, in the file's order.
+// over the data file's images in batches of 32, in the file's order; MODEL mlp trains the digits
+// MLP instead, Flatten Linear(64, 128) ReLU Linear(128, 10).
 //
-//   cnn_epoch FILE EPOCHS [THREADS]    (THREADS: set_num_threads; unset, the library's default)
+//   cnn_epoch FILE EPOCHS [THREADS [MODEL]]   (THREADS: set_num_threads, 0 for the library's
+//                                              default; MODEL: cnn, the default, or mlp)
 // One warm-up epoch, then EPOCHS epochs: "epoch_ms X" for each, then the last loss and the threads.
 #include <chrono>
 #include <cstdio>
@@ -48,26 +50,34 @@ Data read_data(const char* path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3 || argc > 4) {
-    std::fprintf(stderr, "usage: cnn_epoch FILE EPOCHS [THREADS]\n");
+  const std::string model_name = argc > 4 ? argv[4] : "cnn";
+  if (argc < 3 || argc > 5 || (model_name != "cnn" && model_name != "mlp")) {
+    std::fprintf(stderr, "usage: cnn_epoch FILE EPOCHS [THREADS [cnn|mlp]]\n");
     return 2;
   }
   const Data data = read_data(argv[1]);
   const int epochs = std::atoi(argv[2]);
-  if (argc == 4) set_num_threads(std::atoi(argv[3]));
+  if (argc > 3 && std::atoi(argv[3]) > 0) set_num_threads(std::atoi(argv[3]));
 
   Graph g;
   Generator gen(0);
   nn::Factory f{g, gen, DType::f32, Device::cpu()};
   nn::Sequential model;
-  model.emplace_back<nn::Conv2d>(f, 1, 16, 3, 1, 1);
-  model.emplace_back<nn::ReLU>();
-  model.emplace_back<nn::MaxPool2d>(2);
-  model.emplace_back<nn::Conv2d>(f, 16, 32, 3, 1, 1);
-  model.emplace_back<nn::ReLU>();
-  model.emplace_back<nn::MaxPool2d>(2);
-  model.emplace_back<nn::Flatten>();
-  model.emplace_back<nn::Linear>(f, 128, 10);
+  if (model_name == "cnn") {
+    model.emplace_back<nn::Conv2d>(f, 1, 16, 3, 1, 1);
+    model.emplace_back<nn::ReLU>();
+    model.emplace_back<nn::MaxPool2d>(2);
+    model.emplace_back<nn::Conv2d>(f, 16, 32, 3, 1, 1);
+    model.emplace_back<nn::ReLU>();
+    model.emplace_back<nn::MaxPool2d>(2);
+    model.emplace_back<nn::Flatten>();
+    model.emplace_back<nn::Linear>(f, 128, 10);
+  } else {
+    model.emplace_back<nn::Flatten>();
+    model.emplace_back<nn::Linear>(f, 64, 128);
+    model.emplace_back<nn::ReLU>();
+    model.emplace_back<nn::Linear>(f, 128, 10);
+  }
   optim::Adam adam(model.parameters(), {.lr = 1e-3});
 
   double last = 0;

@@ -4,14 +4,14 @@
 # the two programs take turns for ROUNDS rounds of EPOCHS epochs (after a warm-up epoch each), and
 # the table gives the median epoch of each side and tapegrad's time over PyTorch's.
 #
-#   BUILD=DIR [THREADS="1 2"] [ROUNDS=3] [EPOCHS=10] bench/cnn_epoch.sh
+#   BUILD=DIR [THREADS="1 2"] [ROUNDS=3] [EPOCHS=10] [MODEL=cnn|mlp] bench/cnn_epoch.sh
 #
 # BUILD holds bench/cnn_epoch (default build). PYTHON is a python3 with torch (default: the first of
 # python3 and /usr/bin/python3 that imports it). Run it alone on the machine (the figures in
 # docs/perf.md were taken under flock /tmp/tapegrad-heavy.lock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${BUILD:-build} rounds=${ROUNDS:-3} epochs=${EPOCHS:-10}
+build=${BUILD:-build} rounds=${ROUNDS:-3} epochs=${EPOCHS:-10} model=${MODEL:-cnn}
 threads=${THREADS:-"1 2"}
 if [[ -z ${PYTHON:-} ]]; then
   for p in python3 /usr/bin/python3; do
@@ -23,11 +23,12 @@ w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
 
 "$PYTHON" bench/cnn_epoch_torch.py data "$w/digits.bin"
+echo "model: $model"
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores available; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for t in $threads; do
   for ((r = 0; r < rounds; ++r)); do
-    "$build/bench/cnn_epoch" "$w/digits.bin" "$epochs" "$t" >> "$w/tapegrad_$t.txt"
-    "$PYTHON" bench/cnn_epoch_torch.py time "$w/digits.bin" "$t" "$epochs" >> "$w/torch_$t.txt"
+    "$build/bench/cnn_epoch" "$w/digits.bin" "$epochs" "$t" "$model" >> "$w/tapegrad_$t.txt"
+    "$PYTHON" bench/cnn_epoch_torch.py time "$w/digits.bin" "$t" "$epochs" "$model" >> "$w/torch_$t.txt"
   done
 done
 "$PYTHON" - "$w" $threads <<'PY'

@@ -7,13 +7,14 @@ both sides:
   Conv2d(16, 32, 3, padding 1) ReLU MaxPool2d(2)              -> (B, 32, 2, 2)
   Flatten Linear(128, 10), cross-entropy, Adam (lr 1e-3)
 
-over the 1797 images in batches of 32 (the last one 5), in the order of the data file.
+over the 1797 images in batches of 32 (the last one 5), in the order of the data file. MODEL mlp
+trains the digits MLP instead: Flatten Linear(64, 128) ReLU Linear(128, 10).
 
     python3 bench/cnn_epoch_torch.py data FILE
         writes the data set: sklearn's digits (pixels / 16) where sklearn is installed, else
         digits-shaped data drawn from a fixed seed (1797 images of 8 x 8 in 10 classes); its first
         line on stdout says which. FILE holds int64 n, n * 64 float32 pixels, n int32 labels.
-    python3 bench/cnn_epoch_torch.py time FILE THREADS EPOCHS
+    python3 bench/cnn_epoch_torch.py time FILE THREADS EPOCHS [MODEL]
         one warm-up epoch, then EPOCHS epochs; prints "epoch_ms X" for each and the last loss.
 """
 import struct
@@ -69,14 +70,17 @@ def read_data(path):
     return torch.from_numpy(images.copy()), torch.from_numpy(labels.astype(np.int64))
 
 
-def time_epochs(path, threads, epochs):
+def time_epochs(path, threads, epochs, model_name="cnn"):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     x, y = read_data(path)
-    model = nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(128, 10))
+    if model_name == "cnn":
+        model = nn.Sequential(
+            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(128, 10))
+    else:
+        model = nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
     n = len(y)
@@ -98,8 +102,8 @@ def time_epochs(path, threads, epochs):
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "data":
         write_data(sys.argv[2])
-    elif len(sys.argv) == 5 and sys.argv[1] == "time":
-        time_epochs(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif len(sys.argv) in (5, 6) and sys.argv[1] == "time" and sys.argv[5:] in ([], ["cnn"], ["mlp"]):
+        time_epochs(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:])
     else:
         sys.exit(__doc__)
 
