@@ -26,7 +26,7 @@ Sampled generate(GPT& model, Graph& g, std::vector<int32_t> context, int64_t n, 
   std::mt19937_64 rng(s.seed);
   Sampled out;
   const int64_t T = model.config.block;
-  std::vector<ops::KVCache> caches(static_cast<size_t>(model.config.layers), ops::KVCache{.capacity = T});
+  std::vector<ops::KVCache> caches(static_cast<size_t>(model.config.layers), ops::KVCache(T));
   int64_t cache_start = -1;  // which token of the context the cache's position 0 holds
   const auto start = std::chrono::steady_clock::now();
   for (int64_t k = 0; k < n; ++k) {

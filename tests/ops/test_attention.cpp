@@ -413,7 +413,7 @@ TEST_CASE("qkv_attention_cached gives qkv_attention's rows: a prefill, then one 
         Graph g;
         NoGrad off(g);
         const Tensor want = ops::qkv_attention(g.input(x), H, true, add ? g.input(a) : Var()).value();
-        ops::KVCache cache{.capacity = T};
+        ops::KVCache cache(T);
         std::vector<double> got;
         for (int64_t t0 = 0; t0 < T; t0 = t0 == 0 ? prefill : t0 + 1) {
           const int64_t t1 = t0 == 0 ? prefill : t0 + 1;
@@ -439,7 +439,7 @@ TEST_CASE("qkv_attention_cached gives qkv_attention's rows: a prefill, then one 
 TEST_CASE("qkv_attention_cached's errors name the op, the shapes and the cache") {
   Graph g;
   Var qkv = g.input(Tensor::zeros({1, 3, 24}, DType::f64)), one = g.input(Tensor::zeros({1, 1, 24}, DType::f64));
-  ops::KVCache cache{.capacity = 4};
+  ops::KVCache cache(4);
   {
     Var w = g.parameter(Tensor::zeros({1, 3, 24}, DType::f64));
     CHECK(message_of([&] { ops::qkv_attention_cached(w, 2, cache); }) ==

@@ -40,7 +40,8 @@ Var qkv_attention(Var qkv, int64_t heads, bool causal = true, Var value_add = Va
 // cache): row t of kv (B, capacity, 2C) holds position t's key (its first C) and value (+ value_add,
 // its last C); rows 0 .. length - 1 are filled. kv is allocated by the first call after a reset.
 struct KVCache {
-  int64_t capacity = 0;  // the positions it can hold: the model's context length
+  explicit KVCache(int64_t positions) : capacity(positions) {}
+  int64_t capacity;  // the positions it can hold: the model's context length
   int64_t length = 0;
   Tensor kv;
   void reset() { length = 0; }  // keeps kv's memory for the next prefill
