@@ -19,7 +19,9 @@
 #include "train.hpp"
 
 #include <tapegrad/config.hpp>
-#include <tapegrad/cuda/cuda.hpp>
+#if TAPEGRAD_WITH_CUDA
+#include <tapegrad/cuda/cuda.hpp>  // installed with the CUDA backend only
+#endif
 #include <tapegrad/io/atomic_file.hpp>
 #include <tapegrad/io/envelope.hpp>
 #include <tapegrad/io/text.hpp>
