@@ -12,7 +12,7 @@
 //             [--show-batches]
 //   mpirun -np N gpt train ...            the same, on N ranks (docs/distributed.md)
 //   gpt sample --checkpoint CKPT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]
-//              [--seed S] [--device cpu|cuda]
+//              [--seed S] [--device cpu|cuda] [--no-cache]
 //
 // Each training step prints a line that begins `step N loss X`. Exit codes: 0 done, 2 bad input
 // (a bad flag, an unreadable, damaged or mismatched checkpoint, data shorter than one block, an
@@ -162,6 +162,8 @@ int main(int argc, char** argv) {
   sample->add_option("--top-k", s.top_k, "sample among the K most likely tokens (default: all)")->check(CLI::Range(0, 1 << 30));
   sample->add_option("--seed", s.seed, "the sampling seed (default 1337)")->check(seed_value);
   sample->add_option("--device", s.device, "cpu (default) or cuda[:N]");
+  sample->add_flag("--no-cache", s.no_cache, "run the model over the whole window for every token, without the "
+                                           "KV cache (the same tokens, slower: for comparison)");
 
   return run(app, argc, argv, [&]() {
     if (*sample) return gpt::sample(s);

@@ -8,6 +8,8 @@
 //                  -> logits = ln_f(x) @ wte.weight^T                (B, T, V)  (the head is tied)
 //   training: loss = linear_cross_entropy(ln_f(x), wte.weight, targets), the head and the loss
 //   fused in blocks of rows, without the (B, T, V) logits
+//   sampling: the same forward with a KV cache per layer (ops::KVCache), ids and positions then
+//   the positions after the cached ones (sample.cpp)
 //
 // Value embeddings (modded-nanogpt): P tables of (V, C), one row per token id, held as one
 // (P*V, C) parameter "ve.weight". Plane p is added to the values of block p's attention
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gpt {
 
@@ -76,9 +79,12 @@ struct GPT : nn::Module {
 
   // ids (B, T) i32 with T <= block, positions (T,) i32 = 0..T-1 -> logits (B, T, V). `buffer` is
   // the sparse value embeddings' gradient buffer (undefined: a plain gather, for evaluation).
-  Var operator()(Var ids, Var positions, const ops::ValueEmbedBuffer& buffer = {}) {
+  // `caches` (one per layer, under NoGrad): ids are the positions after the cached ones, and
+  // positions their indices, Tc .. Tc + T - 1.
+  Var operator()(Var ids, Var positions, const ops::ValueEmbedBuffer& buffer = {},
+                 std::vector<ops::KVCache>* caches = nullptr) {
     ops::Autocast precision(config.products);  // the products' dtype (Note [autocast])
-    Var logits = ops::linear(features(ids, positions, buffer), wte.weight);  // tied head: (B, T, C) @ (V, C)^T
+    Var logits = ops::linear(features(ids, positions, buffer, caches), wte.weight);  // tied head: (B, T, C) @ (V, C)^T
     return ops::to(logits, DType::f32);  // bf16 under autocast: the sampler's softmax wants f32
   }
 
@@ -90,14 +96,15 @@ struct GPT : nn::Module {
   }
 
   // The last layer norm's output, what the head reads: (B, T, C).
-  Var features(Var ids, Var positions, const ops::ValueEmbedBuffer& buffer) {
+  Var features(Var ids, Var positions, const ops::ValueEmbedBuffer& buffer,
+               std::vector<ops::KVCache>* caches = nullptr) {
     const int64_t B = ids.shape()[0], T = ids.shape()[1], C = config.dim, P = config.value_embeds;
     Var x = drop(wte(ids) + wpe(positions));  // (B, T, C) + (T, C)
     Var planes;                               // (P, B, T, C)
     if (P > 0) planes = ops::reshape(value_embeds(ids, buffer), {P, B, T, C});
     for (int64_t l = 0; l < config.layers; ++l) {
       Var ve_l = l < P ? ops::reshape(ops::slice(planes, 0, l, l + 1), {B, T, C}) : Var();
-      x = h[static_cast<size_t>(l)](x, ve_l);
+      x = h[static_cast<size_t>(l)](x, ve_l, caches ? &(*caches)[static_cast<size_t>(l)] : nullptr);
     }
     return ln_f(x);
   }

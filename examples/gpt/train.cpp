@@ -41,6 +41,7 @@
 #include "checks.hpp"
 #include "corpus.hpp"
 #include "outputs.hpp"
+#include "sample.hpp"
 
 namespace gpt {
 namespace {
@@ -343,47 +344,6 @@ std::string decode(const std::string& vocab, const std::vector<int32_t>& ids) {
   std::string s;
   for (int32_t id : ids) s.push_back(vocab.empty() ? static_cast<char>(id) : vocab[static_cast<size_t>(id)]);
   return s;
-}
-
-// n tokens after `context`, each drawn from softmax(logits / temperature) of the last position,
-// restricted to the top_k most likely tokens (0: all), in eval mode without a tape. The weights are
-// exp((z - max z) / temperature): every exponent is at most 0, so no temperature, however small,
-// overflows them (a tiny one picks the most likely token), and the largest weight is 1.
-std::vector<int32_t> generate(GPT& model, Graph& g, std::vector<int32_t> context, int64_t n, double temperature,
-                              int64_t top_k, uint64_t seed, Device device) {
-  model.eval();
-  NoGrad off(g);
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> out;
-  const int64_t T = model.config.block;
-  for (int64_t k = 0; k < n; ++k) {
-    const int64_t t = std::min<int64_t>(T, static_cast<int64_t>(context.size()));
-    const std::vector<int32_t> window(context.end() - t, context.end());
-    std::vector<int32_t> positions(static_cast<size_t>(t));
-    for (int64_t i = 0; i < t; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-    g.clear();
-    Var logits = model(g.input(Tensor::from_vector(window, Shape{1, t}, device)),
-                       g.input(Tensor::from_vector(positions, Shape{t}, device)));
-    std::vector<double> z = ops::slice(logits, 1, t - 1, t).value().to_doubles();  // (V,)
-    if (!std::all_of(z.begin(), z.end(), [](double v) { return std::isfinite(v); }))
-      refuse("the model's logits are not finite: its weights hold a NaN or an infinity");
-    if (top_k > 0 && top_k < static_cast<int64_t>(z.size())) {
-      std::vector<double> sorted(z);
-      std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(), std::greater<>());
-      const double kth = sorted[static_cast<size_t>(top_k - 1)];
-      for (double& v : z)
-        if (v < kth) v = -INFINITY;
-    }
-    const double top = *std::max_element(z.begin(), z.end());
-    for (double& v : z) v = std::exp((v - top) / temperature);
-    std::discrete_distribution<int32_t> pick(z.begin(), z.end());
-    const int32_t next = pick(rng);
-    context.push_back(next);
-    out.push_back(next);
-  }
-  g.clear();
-  model.train();
-  return out;
 }
 
 }  // namespace
@@ -829,8 +789,10 @@ static int train_steps(const TrainOptions& o, dist::Communicator& job, Device de
   }
   if (lead && o.sample_tokens > 0) {
     const std::vector<int32_t> prompt = data.ids.first(static_cast<size_t>(std::min<int64_t>(T, 16)));
-    const auto out = generate(model, g, prompt, o.sample_tokens, 0.8, 0, o.seed, device);
-    std::printf("sample: %s\n", (decode(data.vocab, prompt) + decode(data.vocab, out)).c_str());
+    const Sampled out = generate(model, g, prompt, o.sample_tokens, {.temperature = 0.8, .seed = o.seed}, device);
+    std::printf("sample: %s\n", (decode(data.vocab, prompt) + decode(data.vocab, out.tokens)).c_str());
+    std::printf("sampled %lld tokens in %.3f s: %.0f tokens/s (KV cache)\n", static_cast<long long>(o.sample_tokens),
+                out.seconds, static_cast<double>(o.sample_tokens) / out.seconds);
   }
   return 0;
 }
@@ -911,8 +873,13 @@ int sample(const SampleOptions& o) {
     const size_t nl = bytes ? '\n' : vocab.find('\n');
     prompt.push_back(nl == std::string::npos ? 0 : static_cast<int32_t>(nl));
   }
-  const auto out = generate(model, g, prompt, o.tokens, o.temperature, o.top_k, o.seed, device);
-  std::printf("%s%s\n", o.prompt.c_str(), decode(vocab, out).c_str());
+  const SampleSettings settings{.temperature = o.temperature, .top_k = o.top_k, .seed = o.seed, .cache = !o.no_cache};
+  const Sampled out = generate(model, g, prompt, o.tokens, settings, device);
+  std::printf("%s%s\n", o.prompt.c_str(), decode(vocab, out.tokens).c_str());
+  // the speed on stderr: stdout is the text alone, for a pipe or a file
+  std::fflush(stdout);
+  std::fprintf(stderr, "gpt: %lld tokens in %.3f s: %.0f tokens/s (%s)\n", static_cast<long long>(o.tokens), out.seconds,
+               static_cast<double>(o.tokens) / out.seconds, o.no_cache ? "no cache: the whole window each token" : "KV cache");
   return 0;
 }
 

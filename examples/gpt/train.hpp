@@ -56,6 +56,7 @@ struct SampleOptions {
   int64_t top_k = 0;            // 0: every token
   uint64_t seed = 1337;
   std::string device = "cpu";
+  bool no_cache = false;        // the whole window again for every token (sample.hpp), for comparison
 };
 int sample(const SampleOptions& o);
 

@@ -1,5 +1,6 @@
-// CUDA convolution and pooling kernels: im2col and col2im, conv2d's layout changes between GEMM
-// rows and (N, O, H, W) planes, max and average pools and their backwards. The CPU versions
+// CUDA convolution and pooling kernels: im2col and col2im over the (C*kh*kw, N*Ho*Wo) columns,
+// conv2d's layout changes between GEMM operands and (N, O, H, W) planes, max and average pools and
+// their backwards. The CPU versions
 // (src/kernels/cpu/conv.cpp) are the reference.
 //
 // Rules: one thread per output element, in grid-stride loops, running window_ops.hpp's function
@@ -32,7 +33,7 @@ __device__ void check_sum(const Sum& sum, const ErrorSite& site, int64_t e) {
 // ----------------------------------------------------------------------------
 // CUDA kernels
 
-// cols (rows, width) = im2col of x (N, C, H, W)
+// cols (rows, width) = (C*kh*kw, N*Ho*Wo) = im2col of x (N, C, H, W)
 template <class T>
 __global__ void im2col_kernel(const T* x, Window2d w, int64_t C, int64_t H, int64_t W, T* cols, int64_t rows,
                               int64_t width) {
@@ -42,20 +43,21 @@ __global__ void im2col_kernel(const T* x, Window2d w, int64_t C, int64_t H, int6
 
 // dx (N, C, H, W) = col2im of cols
 template <class T>
-__global__ void col2im_kernel(const T* cols, Window2d w, int64_t C, int64_t H, int64_t W, T* dx, int64_t n,
-                              ErrorSite site) {
+__global__ void col2im_kernel(const T* cols, Window2d w, int64_t N, int64_t C, int64_t H, int64_t W, T* dx,
+                              int64_t n, ErrorSite site) {
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
     SumOf<T> sum;
-    dx[e] = kernels::col2im_value(cols, w, C, H, W, e, sum);
+    dx[e] = kernels::col2im_value(cols, w, N, C, H, W, e, sum);
     check_sum(sum, site, e);
   }
 }
 
-// out (N, O, Ho, Wo) = rows (N*Ho*Wo, O) moved into planes, + bias (nullptr: none)
+// out (N, O, Ho, Wo) = cols (O, N*Ho*Wo) moved into planes, + bias (nullptr: none)
 template <class T>
-__global__ void rows_to_planes_kernel(const T* rows, const T* bias, T* out, int64_t O, int64_t positions, int64_t n) {
+__global__ void columns_to_planes_kernel(const T* cols, const T* bias, T* out, int64_t N, int64_t O, int64_t positions,
+                                         int64_t n) {
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x)
-    out[e] = kernels::rows_to_planes_value(rows, bias, O, positions, e);
+    out[e] = kernels::columns_to_planes_value(cols, bias, N, O, positions, e);
 }
 
 // rows (N*Ho*Wo, O) = dy (N, O, Ho, Wo) laid out as rows
@@ -130,18 +132,19 @@ void col2im(const Tensor& cols, const Window2d& win, Tensor& dx) {
   if (n == 0) return;
   DeviceContext& ctx = context(dx);
   dispatch_float("col2im", cols.dtype(), [&]<class T>() {
-    col2im_kernel<<<blocks_for(n), kBlock, 0, ctx.stream>>>(cdata<T>(cols), win, dx.dim(1), dx.dim(2), dx.dim(3),
-                                                            mdata<T>(dx), n, sum_site<T>(ctx, "col2im"));
+    col2im_kernel<<<blocks_for(n), kBlock, 0, ctx.stream>>>(cdata<T>(cols), win, dx.dim(0), dx.dim(1), dx.dim(2),
+                                                            dx.dim(3), mdata<T>(dx), n, sum_site<T>(ctx, "col2im"));
     TG_CUDA_CHECK_LAUNCH();
   });
 }
 
-void conv2d_rows_to_planes(const Tensor& rows, const Tensor& bias, Tensor& out) {
+void conv2d_columns_to_planes(const Tensor& cols, const Tensor& bias, Tensor& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  dispatch_float("conv2d", rows.dtype(), [&]<class T>() {
-    rows_to_planes_kernel<<<blocks_for(n), kBlock, 0, stream_for(out)>>>(
-        cdata<T>(rows), bias.defined() ? cdata<T>(bias) : nullptr, mdata<T>(out), out.dim(1), out.dim(2) * out.dim(3), n);
+  dispatch_float("conv2d", cols.dtype(), [&]<class T>() {
+    columns_to_planes_kernel<<<blocks_for(n), kBlock, 0, stream_for(out)>>>(
+        cdata<T>(cols), bias.defined() ? cdata<T>(bias) : nullptr, mdata<T>(out), out.dim(0), out.dim(1),
+        out.dim(2) * out.dim(3), n);
     TG_CUDA_CHECK_LAUNCH();
   });
 }

@@ -381,8 +381,8 @@ void adamw_step_many(const std::vector<AdamWSlot>& slots, const AdamWScalars& s)
 // ---- convolution and pooling
 void im2col(const Tensor& x, const Window2d& win, Tensor& cols) { TG_DISPATCH("im2col", im2col(x, win, cols), &x, &cols); }
 void col2im(const Tensor& cols, const Window2d& win, Tensor& dx) { TG_DISPATCH("col2im", col2im(cols, win, dx), &cols, &dx); }
-void conv2d_rows_to_planes(const Tensor& rows, const Tensor& bias, Tensor& out) {
-  TG_DISPATCH("conv2d", conv2d_rows_to_planes(rows, bias, out), &rows, &bias, &out);
+void conv2d_columns_to_planes(const Tensor& cols, const Tensor& bias, Tensor& out) {
+  TG_DISPATCH("conv2d", conv2d_columns_to_planes(cols, bias, out), &cols, &bias, &out);
 }
 void conv2d_planes_to_rows(const Tensor& dy, Tensor& rows) {
   TG_DISPATCH("conv2d_backward", conv2d_planes_to_rows(dy, rows), &dy, &rows);

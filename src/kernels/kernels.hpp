@@ -239,15 +239,15 @@ void sum_squares(const Tensor& x, Tensor& out, int64_t slot);
 struct Window2d {
   int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, out_h = 1, out_w = 1;
 };
-// cols (N*out_h*out_w, C*kernel_h*kernel_w): row (n, oh, ow) holds the window of x (N, C, H, W) at
-// (oh, ow), columns in (c, i, j) order, 0 where it lies in the padding.
+// cols (C*kernel_h*kernel_w, N*out_h*out_w): column (n, oh, ow) holds the window of x (N, C, H, W)
+// at (oh, ow), rows in (c, i, j) order, 0 where it lies in the padding.
 void im2col(const Tensor& x, const Window2d& win, Tensor& cols);
 // dx (N, C, H, W) = im2col's adjoint: each pixel the sum of the cols entries im2col copied it to.
 void col2im(const Tensor& cols, const Window2d& win, Tensor& dx);
-// out (N, O, out_h, out_w)[n, o, p] = rows (N*out_h*out_w, O)[n*out_h*out_w + p, o] + bias[o]
+// out (N, O, out_h, out_w)[n, o, p] = cols (O, N*out_h*out_w)[o, n*out_h*out_w + p] + bias[o]
 // (bias (O,), or undefined for none).
-void conv2d_rows_to_planes(const Tensor& rows, const Tensor& bias, Tensor& out);
-// rows (N*out_h*out_w, O) = dy (N, O, out_h, out_w) laid out as conv2d_rows_to_planes reads them.
+void conv2d_columns_to_planes(const Tensor& cols, const Tensor& bias, Tensor& out);
+// rows (N*out_h*out_w, O) = dy (N, O, out_h, out_w) as rows: rows[n*out_h*out_w + p, o] = dy[n, o, p].
 void conv2d_planes_to_rows(const Tensor& dy, Tensor& rows);
 // out (N, C, out_h, out_w) = the max of each window (padding is -inf), indices (same shape, i32 or
 // i64) = where it is, h * W + w in its plane: the first max, or the last NaN (PyTorch's CPU).

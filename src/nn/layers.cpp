@@ -205,7 +205,7 @@ CausalSelfAttention::CausalSelfAttention(Factory& f, int64_t d, int64_t h, doubl
 // x (B, T, C) -> qkv (B, T, 3C) -> q, k, v (B, T, C) each; v += value_embed; heads (B, H, T, C/H);
 // y = attention(q, k, v, causal) back to (B, T, C) -> c_proj -> dropout. The split, the head
 // permutes and the value add happen inside ops::qkv_attention, without copies.
-Var CausalSelfAttention::operator()(Var x, Var value_embed) {
+Var CausalSelfAttention::operator()(Var x, Var value_embed, ops::KVCache* cache) {
   const auto in_scope = scope(x.graph());
   const Shape& s = x.shape();
   if (s.ndim() != 3 || s[2] != dim)
@@ -217,7 +217,8 @@ Var CausalSelfAttention::operator()(Var x, Var value_embed) {
     if (!fits)
       throw Error(where() + "value_embed of shape " + e.str() + " does not broadcast to v's shape " + s.str());
   }
-  Var y = ops::qkv_attention(c_attn(x), heads, /*causal=*/true, value_embed);
+  Var y = cache ? ops::qkv_attention_cached(c_attn(x), heads, *cache, value_embed)
+                : ops::qkv_attention(c_attn(x), heads, /*causal=*/true, value_embed);
   return resid_dropout(c_proj(labelled(y)));
 }
 
@@ -231,10 +232,10 @@ Block::Block(Factory& f, int64_t dim, int64_t heads, double p, bool bias, Activa
   register_module("mlp", mlp);
 }
 
-Var Block::operator()(Var x, Var value_embed) {
+Var Block::operator()(Var x, Var value_embed, ops::KVCache* cache) {
   const auto s = scope(x.graph());
   // x + attn(ln_1(x)), and ln_2 of that sum, from one pass over the stream (ops::add_layer_norm)
-  const auto [sum, h] = ln_2.residual(x, attn(ln_1(x), value_embed));
+  const auto [sum, h] = ln_2.residual(x, attn(ln_1(x), value_embed, cache));
   return labelled(sum + mlp(h));
 }
 

@@ -9,7 +9,7 @@
 //   Dropout(p)                       x -> x * mask / (1 - p) in training, x in eval
 //   MLP(dim, hidden, activation)     x (..., dim) -> c_proj(act(c_fc(x))), dropped out
 //   CausalSelfAttention(dim, heads)  x (B, T, dim) [, value_embed (B, T, dim) or broadcastable]
-//                                    -> (B, T, dim)
+//                                    [, a KV cache] -> (B, T, dim)
 //   Block(dim, heads)                x (B, T, dim) -> x + attn(ln_1(x)), then + mlp(ln_2(x))
 //
 // Default initialisation (torch.nn's): Linear's weight and bias U(-1/sqrt(in), 1/sqrt(in));
@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "tapegrad/nn/module.hpp"
+#include "tapegrad/ops/fused/attention.hpp"
 #include "tapegrad/ops/fused/norm.hpp"
 
 namespace tapegrad::nn {
@@ -107,12 +108,14 @@ class MLP : public Module {
 // nanoGPT's CausalSelfAttention. `dropout` is the residual dropout after c_proj; the fused
 // attention op has no dropout on its probabilities (nanoGPT's attn_dropout), so none is applied
 // there. value_embed (modded-nanogpt's value embeddings) is added to v before the heads are split:
-// v = v + value_embed, value_embed (B, T, dim) or any shape that broadcasts to it.
+// v = v + value_embed, value_embed (B, T, dim) or any shape that broadcasts to it. With a cache
+// (for sampling, under NoGrad), x holds the positions after the cached ones and attends to those
+// too (ops::qkv_attention_cached): the same rows as the whole sequence at once gives.
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(Factory& f, int64_t dim, int64_t heads, double dropout = 0.0, bool bias = true);
   const char* kind() const override { return "CausalSelfAttention"; }
-  Var operator()(Var x, Var value_embed = Var());
+  Var operator()(Var x, Var value_embed = Var(), ops::KVCache* cache = nullptr);
   Linear c_attn, c_proj;
   Dropout resid_dropout;
   int64_t dim, heads;
@@ -124,7 +127,7 @@ class Block : public Module {
   Block(Factory& f, int64_t dim, int64_t heads, double dropout = 0.0, bool bias = true,
         Activation activation = Activation::gelu, bool fused_mlp = false);
   const char* kind() const override { return "Block"; }
-  Var operator()(Var x, Var value_embed = Var());
+  Var operator()(Var x, Var value_embed = Var(), ops::KVCache* cache = nullptr);  // cache: its attention's
   LayerNorm ln_1;
   CausalSelfAttention attn;
   LayerNorm ln_2;

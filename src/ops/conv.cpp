@@ -4,12 +4,13 @@
 // needs from the inputs and the window (saved as a small host tensor, Note [saved windows]).
 //
 // Note [conv2d as one GEMM]
-// The whole batch is one matrix product: im2col lays every window of x out as a row of
-// cols (N*Ho*Wo, C*kh*kw), so rows (N*Ho*Wo, O) = cols @ W^T with W viewed as (O, C*kh*kw), and
-// conv2d_rows_to_planes moves each row's O values into the output planes (adding the bias). The
-// backward runs the same products the other way round: drows = dy laid out as rows,
-// dW = drows^T @ cols (the batch summed inside the product: one GEMM), dcols = drows @ W and
-// dx = col2im(dcols), db = the column sums of drows (sum over N, H, W).
+// The whole batch is one matrix product: im2col lays every window of x out as a column of
+// cols (C*kh*kw, N*Ho*Wo), so y (O, N*Ho*Wo) = W @ cols with W viewed as (O, C*kh*kw), and
+// conv2d_columns_to_planes moves each row's runs of Ho*Wo values into the output planes (adding
+// the bias): whole planes copied, no element moved alone. The backward runs the same products the
+// other way round on drows (N*Ho*Wo, O), dy laid out as rows: dW = drows^T @ cols^T (the batch
+// summed inside the product: one GEMM), dcols = W^T @ drows^T and dx = col2im(dcols), db = the
+// column sums of drows (sum over N, H, W).
 // cols is not kept for the backward (it is kh*kw times x's size); the backward rebuilds it only
 // when the weight needs a gradient.
 //
@@ -111,12 +112,12 @@ Var conv2d(Var x, Var weight, Var bias, int stride, int padding) {
   const Shape out_shape = checked_shape("conv2d", "the output", {N, O, win.out_h, win.out_w});
   const int64_t rows = checked_shape("conv2d", "the im2col matrix", {N, win.out_h, win.out_w}).numel();
   const int64_t width = checked_shape("conv2d", "the im2col matrix", {C, kh, kw}).numel();
-  Tensor cols = empty_on(checked_shape("conv2d", "the im2col matrix", {rows, width}), v);
+  Tensor cols = empty_on(checked_shape("conv2d", "the im2col matrix", {width, rows}), v);
   kernels::im2col(v, win, cols);
-  Tensor y_rows = empty_on(Shape{rows, O}, v);
-  kernels::matmul(cols, false, w.reshape(Shape{O, width}), true, y_rows);
+  Tensor y_columns = empty_on(Shape{O, rows}, v);
+  kernels::matmul(w.reshape(Shape{O, width}), false, cols, false, y_columns);
   Tensor out = empty_on(out_shape, v);
-  kernels::conv2d_rows_to_planes(y_rows, b, out);
+  kernels::conv2d_columns_to_planes(y_columns, b, out);
   auto backward = [](BackwardContext& ctx) {
     const Window2d win = window_from(ctx.saved(0));
     const Tensor& x = ctx.input(0);
@@ -126,17 +127,17 @@ Var conv2d(Var x, Var weight, Var bias, int stride, int padding) {
     Tensor drows = empty_on(Shape{rows, O}, dy);
     kernels::conv2d_planes_to_rows(dy, drows);
     if (ctx.needs_grad(0)) {
-      Tensor dcols = empty_on(Shape{rows, width}, dy);
-      kernels::matmul(drows, false, w.reshape(Shape{O, width}), false, dcols);
+      Tensor dcols = empty_on(Shape{width, rows}, dy);
+      kernels::matmul(w.reshape(Shape{O, width}), true, drows, true, dcols);
       Tensor dx = like(x);
       kernels::col2im(dcols, win, dx);
       ctx.accumulate(0, dx);
     }
     if (ctx.needs_grad(1)) {
-      Tensor cols = empty_on(Shape{rows, width}, x);
+      Tensor cols = empty_on(Shape{width, rows}, x);
       kernels::im2col(x, win, cols);
       Tensor dw = empty_on(Shape{O, width}, w);
-      kernels::matmul(drows, true, cols, false, dw);
+      kernels::matmul(drows, true, cols, true, dw);
       ctx.accumulate(1, dw.reshape(w.shape()));
     }
     if (ctx.node().inputs.size() == 3 && ctx.needs_grad(2)) {

@@ -88,7 +88,7 @@ const std::vector<OpInfo>& op_table() {
     const std::vector<OpInfo> images = {
         {"conv2d", "x (N, C, H, W), w (O, C, kh, kw), b (O,) -> (N, O, Ho, Wo), Ho = (H + 2p - kh) / s + 1",
          "y[n, o] = b[o] + sum_c w[o, c] cross-correlated with x[n, c] (stride s, zero padding p)",
-         "dW = dY^T @ im2col(x), dx = col2im(dY @ W), db = sum of dy over N, Ho, Wo (dY = dy as (N*Ho*Wo, O) rows)"},
+         "dW = dY^T @ im2col(x)^T, dx = col2im(W^T @ dY^T), db = sum of dy over N, Ho, Wo (dY = dy as (N*Ho*Wo, O) rows)"},
         {"max_pool2d", "(N, C, H, W) -> (N, C, Ho, Wo), k x k windows, stride s, padding p <= k / 2",
          "y = max of each window (padding -inf)", "dx[argmax of each window] += dy (the first max of a tie)"},
         {"avg_pool2d", "(N, C, H, W) -> (N, C, Ho, Wo), k x k windows, stride s, padding p <= k / 2",

@@ -43,8 +43,10 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <memory>
@@ -229,14 +231,43 @@ void forget_workers_in_child() {
 }
 [[maybe_unused]] const int atfork_registered = pthread_atfork(nullptr, nullptr, forget_workers_in_child);
 
-int cores_available() {
+// The CPUs this process may run on (its affinity mask), as ids.
+std::vector<int> cpus_available() {
+  std::vector<int> ids;
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    const int n = CPU_COUNT(&set);
-    if (n > 0) return n < kMaxThreads ? n : kMaxThreads;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) ids.push_back(c);
+  if (ids.empty())
+    for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()); ++c) ids.push_back(static_cast<int>(c));
+  return ids;
+}
+
+// A whole number read from a sysfs file, or -1.
+long read_number(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return -1;
+  long v = -1;
+  if (std::fscanf(f, "%ld", &v) != 1) v = -1;
+  std::fclose(f);
+  return v;
+}
+
+// The physical cores among the CPUs this process may run on: SMT siblings (two hardware threads of
+// one core, which share its arithmetic units and caches) count once, as PyTorch counts them. Where
+// Linux's topology files cannot be read, every CPU counts.
+int cores_available() {
+  const std::vector<int> cpus = cpus_available();
+  std::vector<std::pair<long, long>> cores;  // (package, core) of each CPU
+  for (int c : cpus) {
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+    const long package = read_number(dir + "physical_package_id"), core = read_number(dir + "core_id");
+    if (package < 0 || core < 0) return std::min(static_cast<int>(cpus.size()), kMaxThreads);
+    cores.emplace_back(package, core);
   }
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : (n < kMaxThreads ? static_cast<int>(n) : kMaxThreads);
+  std::sort(cores.begin(), cores.end());
+  const int n = static_cast<int>(std::unique(cores.begin(), cores.end()) - cores.begin());
+  return std::clamp(n, 1, kMaxThreads);
 }
 
 }  // namespace
@@ -252,7 +283,7 @@ int default_num_threads() {
   }
   if (!ok || value < 1 || value > kMaxThreads)
     throw Error(std::string("[threads] TAPEGRAD_NUM_THREADS must be a whole number from 1 to ") +
-                std::to_string(kMaxThreads) + ", got \"" + text + "\"; unset it to use every core (" +
+                std::to_string(kMaxThreads) + ", got \"" + text + "\"; unset it to use every physical core (" +
                 std::to_string(cores_available()) + " here)");
   return value;
 }

@@ -7,9 +7,10 @@
 // of a row add). A sum across items (a row's total, a mean) is never split: it stays in one range,
 // in its order. See Note [intra-op threads] in parallel.cpp for the pool itself.
 //
-// Thread count: TAPEGRAD_NUM_THREADS when set (a whole number from 1 to 1024), else the cores this
-// process may run on; set_num_threads() changes it at any time (1: every kernel on the calling
-// thread).
+// Thread count: TAPEGRAD_NUM_THREADS when set (a whole number from 1 to 1024), else the physical
+// cores this process may run on (SMT siblings once); set_num_threads() changes it at any time (1:
+// every kernel on the calling thread). Whatever the count, a loop smaller than chunk_for's
+// thresholds runs on its caller alone: the count is a ceiling, the work's size decides.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,7 @@ int num_threads();
 // parallel loop running on another thread to finish.
 void set_num_threads(int n);
 // What num_threads() starts from: TAPEGRAD_NUM_THREADS when set (checked as above), else the
-// number of cores this process may run on.
+// number of physical cores this process may run on.
 int default_num_threads();
 
 // ---- how kernels cut their loops (Note [intra-op threads] in parallel.cpp has the measurements)

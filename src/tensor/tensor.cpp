@@ -252,6 +252,9 @@ namespace {
 // The host's memory and swap: a request above it can never be met (and where the kernel
 // overcommits, it would be met only until its pages were touched), so it is refused before malloc
 // is asked; sanitizer builds, whose allocators abort on such requests, then refuse it the same way.
+// Asked only from kHostCheckBytes on: no host has less memory than that, and the system call costs
+// more than the allocation of a small tensor, which a training step makes by the hundred.
+constexpr size_t kHostCheckBytes = size_t{64} << 20;
 uint64_t host_memory_bytes() {
   struct sysinfo info {};
   if (sysinfo(&info) != 0) return UINT64_MAX;
@@ -280,7 +283,7 @@ Tensor Tensor::allocate(const Shape& shape, DType dtype, Device device, const ch
     throw OutOfMemory(who, subject, "(" + std::to_string(shape.numel()) + " elements of " +
                                         std::to_string(dtype_size(dtype)) + " bytes) needs more bytes than fit in 64 bits");
   const std::string needs = "needs " + std::to_string(nbytes) + " bytes (" + in_units(static_cast<double>(nbytes)) + ")";
-  if (device.is_cpu()) {
+  if (device.is_cpu() && nbytes >= kHostCheckBytes) {
     const uint64_t host = host_memory_bytes();
     if (nbytes > host)
       throw OutOfMemory(who, subject, needs + ", more than this host's memory and swap (" +

@@ -396,3 +396,74 @@ TEST_CASE("qkv_attention's errors name the op and the shapes") {
   CHECK(message_of([&] { ops::qkv_attention(qkv, 2, true, other.parameter(Tensor::zeros({2, 5, 8}, DType::f64))); }) ==
         "[qkv_attention] inputs belong to different graphs");
 }
+
+// The prefill's rows and each later single row of qkv_attention_cached against qkv_attention over
+// the whole sequence: every row within rounding (a lone query's products are its own), f64 and
+// f32, with and without value_add, on 1 and 2 threads.
+TEST_CASE("qkv_attention_cached gives qkv_attention's rows: a prefill, then one position a call") {
+  for (DType dtype : {DType::f64, DType::f32})
+    for (bool add : {false, true})
+      for (int threads : {1, 2}) {
+        CAPTURE(dtype_name(dtype));
+        CAPTURE(add);
+        CAPTURE(threads);
+        set_num_threads(threads);
+        const int64_t B = 2, T = 11, H = 3, d = 4, C = H * d, prefill = 4;
+        const Tensor x = uniform({B, T, 3 * C}, 21, dtype), a = uniform({B, T, C}, 22, dtype);
+        Graph g;
+        NoGrad off(g);
+        const Tensor want = ops::qkv_attention(g.input(x), H, true, add ? g.input(a) : Var()).value();
+        ops::KVCache cache(T);
+        std::vector<double> got;
+        for (int64_t t0 = 0; t0 < T; t0 = t0 == 0 ? prefill : t0 + 1) {
+          const int64_t t1 = t0 == 0 ? prefill : t0 + 1;
+          Var part = ops::slice(g.input(x), 1, t0, t1), part_add = add ? ops::slice(g.input(a), 1, t0, t1) : Var();
+          const Tensor y = ops::qkv_attention_cached(part, H, cache, part_add).value();  // (B, t1 - t0, C)
+          CHECK(cache.length == t1);
+          const std::vector<double> v = y.to_doubles();
+          got.resize(static_cast<size_t>(B * T * C));
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t t = t0; t < t1; ++t)
+              for (int64_t c = 0; c < C; ++c)
+                got[static_cast<size_t>((b * T + t) * C + c)] = v[static_cast<size_t>((b * (t1 - t0) + t - t0) * C + c)];
+        }
+        const std::vector<double> w = want.to_doubles();
+        const double tolerance = dtype == DType::f64 ? 1e-14 : 2e-6;
+        double worst = 0;
+        for (size_t i = 0; i < w.size(); ++i) worst = std::max(worst, std::abs(got[i] - w[i]));
+        CHECK(worst <= tolerance);
+      }
+  set_num_threads(default_num_threads());
+}
+
+TEST_CASE("qkv_attention_cached's errors name the op, the shapes and the cache") {
+  Graph g;
+  Var qkv = g.input(Tensor::zeros({1, 3, 24}, DType::f64)), one = g.input(Tensor::zeros({1, 1, 24}, DType::f64));
+  ops::KVCache cache(4);
+  {
+    Var w = g.parameter(Tensor::zeros({1, 3, 24}, DType::f64));
+    CHECK(message_of([&] { ops::qkv_attention_cached(w, 2, cache); }) ==
+          "[qkv_attention_cached] has no backward (a KV cache is for inference): call it under NoGrad, or train with "
+          "qkv_attention");
+    NoGrad off(g);
+    CHECK(ops::qkv_attention_cached(w, 2, cache).shape() == Shape{1, 3, 8});  // under NoGrad: no node, no error
+    cache.reset();
+  }
+  CHECK(message_of([&] { ops::qkv_attention_cached(g.input(Tensor::zeros({1, 3, 25}, DType::f64)), 2, cache); }) ==
+        "[qkv_attention_cached] qkv (1, 3, 25) must be (B, T, 3C) with C a multiple of 2 heads: its last axis 25 is "
+        "not 6 times a head size >= 1");
+  ops::qkv_attention_cached(qkv, 2, cache);
+  CHECK(message_of([&] { ops::qkv_attention_cached(qkv, 2, cache); }) ==
+        "[qkv_attention_cached] after a prefill, one position a call: qkv (1, 3, 24), the cache holding 3 of 4 "
+        "positions; reset() the cache to prefill again");
+  ops::qkv_attention_cached(one, 2, cache);
+  CHECK(message_of([&] { ops::qkv_attention_cached(one, 2, cache); }) ==
+        "[qkv_attention_cached] the cache is full: qkv (1, 1, 24), the cache holding 4 of 4 positions; reset() it and "
+        "prefill the last positions");
+  cache.reset();
+  ops::qkv_attention_cached(one, 2, cache);
+  CHECK(message_of([&] { ops::qkv_attention_cached(g.input(Tensor::zeros({1, 1, 24}, DType::f32)), 2, cache); }) ==
+        "[qkv_attention_cached] qkv (1, 1, 24), the cache holding 1 of 4 positions: the cache's kv (1, 4, 16) f64 was "
+        "filled by another qkv than this f32 one ((1, 4, 16) expected); reset() it");
+  CHECK(g.nodes().empty());  // nothing here records a node
+}

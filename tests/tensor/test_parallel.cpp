@@ -3,8 +3,12 @@
 // the thread count's API and its environment variable with their error messages.
 #include <doctest/doctest.h>
 
+#include <sched.h>
+
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -145,6 +149,26 @@ TEST_CASE("set_num_threads changes the count, refuses what is not 1 to 1024") {
   CHECK(num_threads() == 5);
 }
 
+TEST_CASE("unset, the default is the physical cores among the CPUs this process may run on") {
+  Env env("TAPEGRAD_NUM_THREADS", nullptr);
+  cpu_set_t set;
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  // the (package, core) pairs of those CPUs, read as lscpu reads them; SMT siblings share one
+  std::set<std::pair<std::string, std::string>> cores;
+  int cpus = 0;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    ++cpus;
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+    std::ifstream package(dir + "physical_package_id"), core(dir + "core_id");
+    std::string p, k;
+    if (!(package >> p) || !(core >> k)) return;  // no topology files here: every CPU counts (not checked)
+    cores.emplace(p, k);
+  }
+  CHECK(default_num_threads() == static_cast<int>(cores.size()));
+  CHECK(default_num_threads() <= cpus);
+}
+
 TEST_CASE("TAPEGRAD_NUM_THREADS sets the default; a bad value names the variable") {
   {
     Env env("TAPEGRAD_NUM_THREADS", "3");
@@ -152,7 +176,7 @@ TEST_CASE("TAPEGRAD_NUM_THREADS sets the default; a bad value names the variable
   }
   {
     Env env("TAPEGRAD_NUM_THREADS", nullptr);
-    CHECK(default_num_threads() >= 1);  // the cores this process may run on
+    CHECK(default_num_threads() >= 1);  // the physical cores this process may run on
   }
   {
     Env env("TAPEGRAD_NUM_THREADS", "");
@@ -163,7 +187,7 @@ TEST_CASE("TAPEGRAD_NUM_THREADS sets the default; a bad value names the variable
     Env env("TAPEGRAD_NUM_THREADS", bad);
     const std::string message = message_of([] { default_num_threads(); });
     CHECK(message.find(std::string("[threads] TAPEGRAD_NUM_THREADS must be a whole number from 1 to 1024, got \"") +
-                       bad + "\"; unset it to use every core") == 0);
+                       bad + "\"; unset it to use every physical core") == 0);
   }
 }
 

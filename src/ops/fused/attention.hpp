@@ -36,4 +36,28 @@ Var scaled_dot_product_attention(Var q, Var k, Var v, bool causal = false, doubl
 // in qkv and write y and d qkv in place.
 Var qkv_attention(Var qkv, int64_t heads, bool causal = true, Var value_add = Var(), double scale = 0.0);
 
+// The keys and values an attention layer has seen, for sampling one position at a time (a KV
+// cache): row t of kv (B, capacity, 2C) holds position t's key (its first C) and value (+ value_add,
+// its last C); rows 0 .. length - 1 are filled. kv is allocated by the first call after a reset.
+struct KVCache {
+  explicit KVCache(int64_t positions) : capacity(positions) {}
+  int64_t capacity;  // the positions it can hold: the model's context length
+  int64_t length = 0;
+  Tensor kv;
+  void reset() { length = 0; }  // keeps kv's memory for the next prefill
+};
+
+// qkv_attention's causal attention for a sequence that arrives in parts, for inference (no
+// backward: under NoGrad, or on inputs that need no gradient; else an error):
+//
+//   qkv_attention_cached(qkv, heads, cache, value_add, scale)
+//     qkv (B, Tn, 3C): positions Tc .. Tc + Tn - 1, Tc = cache.length; value_add as qkv_attention's
+//     appends their k and v (+ value_add) to the cache, then y (B, Tn, C): position Tc + i attends
+//     to positions 0 .. Tc + i, the last Tn rows of qkv_attention over the whole sequence so far
+//
+// A prefill (Tc = 0) takes any Tn, then one position a call; at capacity, reset() and prefill
+// again. The same arithmetic as qkv_attention's rows, except that a single query is its own
+// product with the keys: its logits agree to rounding, not always to the bit.
+Var qkv_attention_cached(Var qkv, int64_t heads, KVCache& cache, Var value_add = Var(), double scale = 0.0);
+
 }  // namespace tapegrad::ops
