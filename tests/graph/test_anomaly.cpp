@@ -9,6 +9,7 @@
 #include "messages.hpp"
 #include "tapegrad/graph/anomaly.hpp"
 #include "tapegrad/graph/graph.hpp"
+#include "tapegrad/kernels/strided.hpp"
 #include "tapegrad/ops/ops.hpp"
 
 using namespace tapegrad;
@@ -83,4 +84,20 @@ TEST_CASE("non_finite counts NaN and inf in every floating dtype, and none in in
     CHECK(f.first == 1);
   }
   CHECK_FALSE(non_finite(Tensor::from_vector(std::vector<int32_t>{1, 2}, Shape{2})).any());
+}
+
+TEST_CASE("anomaly mode checks a part handed to the door for parts") {
+  // a custom op whose backward gives column 1 of its input a NaN part (the region door, region.hpp)
+  Graph g;
+  g.set_detect_anomaly(true);
+  Var x = g.parameter(f64({1, 2, 3, 4, 5, 6}, Shape{2, 3}), "x");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  Var y = g.record("nan_part", f64({0}, Shape{}), {x}, [](BackwardContext& ctx) {
+    ctx.accumulate(0, ctx.saved(0), kernels::sliced_view(Shape{2, 3}, 1, 1, 2));
+  }, {f64({nan, 0.5}, Shape{2, 1})});
+  CHECK(message_of([&] { g.backward(y); }) ==
+        "[anomaly] the backward of nan_part (node 0, value 0 (activation)) gave input 0 'x' (parameter -1) a part "
+        "(2, 1) holding 1 NaN and 0 inf among its 2 elements, the first at element 0; the gradient it received was "
+        "finite");
+  CHECK_FALSE(x.grad().defined());  // refused before the part landed
 }
