@@ -132,6 +132,11 @@ inline std::vector<OpCase> op_cases() {
                      std::vector<Var> parts = ops::split(v[0], {1, n - 1}, 2);
                      return ops::mul(parts[1], ops::sum(parts[0], {2}, true));
                    }});
+  cases.push_back({"slice", "overlapping parts, meeting a whole contribution", {m234}, [](const V& v) {
+                     const int64_t n = v[0].shape()[1];
+                     Var a = ops::slice(v[0], 1, 0, n - 1), b = ops::slice(v[0], 1, 1, n);  // they overlap
+                     return ops::mul(a, b) + ops::slice(ops::tanh(v[0]), 1, 0, n - 1);
+                   }});
   cases.push_back({"concat", "three inputs", {m234, m234, m234}, [](const V& v) {
                      return ops::concat({v[0], ops::tanh(v[1]), v[2]}, 1);
                    }});

@@ -87,7 +87,7 @@ std::string to_dot(const Tape& t) {
             lines.push_back("… " + std::to_string(it->second.size() - kMaxEdgeLines) + " more");
             break;
           }
-          const std::string where = ev->row >= 0 ? row_name(to, ev->row) + " " : "";
+          const std::string where = part_name(to, *ev).empty() ? "" : part_name(to, *ev) + " ";
           if (ev->kind == EventKind::overwritten) {
             lost = true;
             lines.push_back(where + "OVERWRITTEN by " + inline_tensor(ev->contribution, 4) + ", lost " +

@@ -34,7 +34,7 @@ std::string tables(const Tape& t, const std::vector<bool>& chosen) {
     for (int32_t id : e.inputs) inputs += (inputs.empty() ? "" : ", ") + t.name(t.entry(id));
     std::vector<std::string> row = {std::to_string(e.index), std::to_string(e.id), e.kind, e.label,
                                     e.op.empty() ? "-" : e.op, inputs.empty() ? "-" : inputs, shape_str(e.shape),
-                                    e.dtype, inline_tensor(e.value, 6), e.grad ? inline_tensor(*e.grad, 6) : "-"};
+                                    e.dtype, inline_value(t, e, e.value, 6), e.grad ? inline_tensor(*e.grad, 6) : "-"};
     if (scoped) row.insert(row.begin() + 4, e.scope.empty() ? "-" : e.scope);
     values.add(std::move(row));
   }
@@ -52,7 +52,7 @@ std::string tables(const Tape& t, const std::vector<bool>& chosen) {
     if (!from_chosen(ev.node)) continue;
     const Entry& to = t.entry(ev.to);
     events.add({std::to_string(i), "node " + std::to_string(ev.node) + " " + ev.op,
-                t.name(to) + (ev.row >= 0 ? ", " + row_name(to, ev.row) : std::string()), std::to_string(ev.input),
+                t.name(to) + (part_name(to, ev).empty() ? "" : ", " + part_name(to, ev)), std::to_string(ev.input),
                 ev.kind == EventKind::overwritten ? "OVERWRITTEN" : event_kind_name(ev.kind),
                 inline_tensor(ev.contribution, 6), ev.discarded ? inline_tensor(*ev.discarded, 6) : "-"});
   }

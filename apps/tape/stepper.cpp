@@ -6,6 +6,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <istream>
 #include <ostream>
@@ -18,7 +19,7 @@ namespace tape {
 namespace {
 
 struct Command {
-  enum Kind { next, back, jump, quit, unknown } kind = unknown;
+  enum Kind { next, back, jump, over, quit, unknown } kind = unknown;
   long target = 0;  // jump: the step number, 1-based
 };
 
@@ -29,6 +30,7 @@ Command parse_command(const std::string& line) {
   if (word == "n" || word == "next") return {Command::next};
   if (word == "b" || word == "back") return {Command::back};
   if (word == "q" || word == "quit") return {Command::quit};
+  if (word == "o" || word == "over") return {Command::over};
   if (word == "j" || word == "jump") {
     long n = 0;
     std::string rest;
@@ -37,9 +39,28 @@ Command parse_command(const std::string& line) {
   return {Command::unknown};
 }
 
+// The step after the row contributions that step `at` is among: the rows one visit sends to one
+// input in a row (an embedding's, one per token); the next step when `at` is no row contribution.
+size_t past_rows(const Tape& t, const std::vector<Step>& steps, size_t at) {
+  auto row_of = [&](size_t i) -> const Event* {
+    if (i >= steps.size() || steps[i].event < 0) return nullptr;
+    const Event& ev = t.events[static_cast<size_t>(steps[i].event)];
+    return ev.row >= 0 ? &ev : nullptr;
+  };
+  const Event* first = row_of(at);
+  size_t i = at + 1;
+  if (first)
+    for (const Event* ev; (ev = row_of(i)) && ev->node == first->node && ev->to == first->to && ev->input == first->input;) ++i;
+  return i;
+}
+
 // Applies a movement; returns a note when it could not move ("" when it did).
-std::string move(const Command& c, size_t& at, size_t count) {
+std::string move(const Command& c, size_t& at, size_t count, const Tape& t, const std::vector<Step>& steps) {
   switch (c.kind) {
+    case Command::over:
+      if (at + 1 == count) return "(this is the last step, " + std::to_string(count) + " of " + std::to_string(count) + ")";
+      at = std::min(past_rows(t, steps, at), count - 1);
+      return "";
     case Command::next:
       if (at + 1 == count) return "(this is the last step, " + std::to_string(count) + " of " + std::to_string(count) + ")";
       ++at;
@@ -60,7 +81,7 @@ std::string move(const Command& c, size_t& at, size_t count) {
   return "";
 }
 
-constexpr const char* kHelp = "n next, b back, j N jump to step N, q quit";
+constexpr const char* kHelp = "n next, o over an op's row contributions, b back, j N jump to step N, q quit";
 
 }  // namespace
 
@@ -76,7 +97,7 @@ int step_lines(const Tape& t, std::istream& in, std::ostream& out) {
       out << "(unknown command \"" << line << "\": " << kHelp << ")\n";
       continue;
     }
-    const std::string note = move(c, at, steps.size());
+    const std::string note = move(c, at, steps.size(), t, steps);
     out << (note.empty() ? describe_step(t, steps, at, false) : note + "\n");
   }
   out.flush();
@@ -107,7 +128,7 @@ class RawTerminal {
   bool active_ = false;
 };
 
-enum class Key { next, back, first, last, jump, quit, digit, enter, erase, escape, other };
+enum class Key { next, back, first, last, jump, over, quit, digit, enter, erase, escape, other };
 
 // One key press; `ch` gets the character for digits.
 Key read_key(char& ch) {
@@ -121,6 +142,7 @@ Key read_key(char& ch) {
     case 'n': case ' ': return Key::next;
     case 'b': return Key::back;
     case 'j': return Key::jump;
+    case 'o': return Key::over;
     case 'q': case 3: case 4: return Key::quit;  // Ctrl-C and Ctrl-D quit too (ISIG is off)
     case '\r': case '\n': return Key::enter;
     case 127: case 8: return Key::erase;
@@ -182,18 +204,19 @@ int step_terminal(const Tape& t) {
   std::string note;
   for (;;) {
     draw("\x1b[H\x1b[2J" + describe_step(t, steps, at, true) + "\n\x1b[2m" +
-         "n/space/→ next · b/← back · Home/End first/last · j jump · q quit\x1b[0m\n" +
+         "n/space/→ next · o over rows · b/← back · Home/End first/last · j jump · q quit\x1b[0m\n" +
          (note.empty() ? "" : note + "\n"));
     note.clear();
     char ch = 0;
     switch (read_key(ch)) {
-      case Key::next: note = move({Command::next}, at, steps.size()); break;
-      case Key::back: note = move({Command::back}, at, steps.size()); break;
+      case Key::next: note = move({Command::next}, at, steps.size(), t, steps); break;
+      case Key::over: note = move({Command::over}, at, steps.size(), t, steps); break;
+      case Key::back: note = move({Command::back}, at, steps.size(), t, steps); break;
       case Key::first: at = 0; break;
       case Key::last: at = steps.size() - 1; break;
       case Key::jump: {
         const long n = read_step_number(steps.size());
-        if (n != 0) note = move({Command::jump, n}, at, steps.size());
+        if (n != 0) note = move({Command::jump, n}, at, steps.size(), t, steps);
         break;
       }
       case Key::quit: draw("\n"); return 0;

@@ -39,7 +39,12 @@ const Entry& Tape::producer(int32_t node) const {
 
 std::string Tape::name(const Entry& e) const {
   if (!e.label.empty()) return e.label;
-  return index_tag(e.index) + " " + (e.op.empty() ? e.kind : e.op);
+  std::string s = index_tag(e.index) + " " + (e.op.empty() ? e.kind : e.op);
+  if (!e.op.empty()) return s;
+  if (e.reader < 0) return s + " " + shape_str(e.shape) + " " + e.dtype;
+  const Entry& r = values[static_cast<size_t>(e.reader)];
+  s += " to " + (r.label.empty() ? index_tag(r.index) + " " + r.op : r.label);
+  return r.inputs.size() > 1 ? s + " (input " + std::to_string(e.reader_slot) + ")" : s;
 }
 
 namespace {
@@ -207,6 +212,11 @@ Entry read_entry(const Field& f, int index) {
     if (e.shape.empty() || e.rows.size() != want)
       rows.refuse("has " + std::to_string(e.rows.size()) + " names for a value of shape " + shape_str(e.shape));
   }
+  if (const std::optional<Field> tokens = f.maybe("tokens")) {  // optional: its elements are token ids
+    e.tokens = tokens->boolean();
+    if (e.tokens && e.dtype != "i32" && e.dtype != "i64")
+      tokens->refuse("is true for a value of dtype " + e.dtype + "; token ids are i32 or i64");
+  }
   e.value = read_tensor(f.at("value"));
   if (e.value.shape != e.shape || e.value.dtype != e.dtype)
     f.at("value").refuse("is " + shape_str(e.value.shape) + " " + e.value.dtype + " but the value is " +
@@ -265,9 +275,13 @@ void group_values(Tape& t) {
   };
   std::vector<int> first_reader(t.values.size(), -1);
   for (const Entry& e : t.values)
-    for (int32_t id : e.inputs) {
-      int& r = first_reader[t.index_of_id.at(id)];
-      if (r < 0) r = e.index;
+    for (size_t k = 0; k < e.inputs.size(); ++k) {
+      Entry& read = t.values[t.index_of_id.at(e.inputs[k])];
+      int& r = first_reader[static_cast<size_t>(read.index)];
+      if (r >= 0) continue;
+      r = e.index;
+      read.reader = e.index;
+      read.reader_slot = static_cast<int>(k);
     }
   for (Entry& e : t.values) {
     const int reader = first_reader[static_cast<size_t>(e.index)];
@@ -285,6 +299,30 @@ void group_values(Tape& t) {
   for (Group& g : t.groups)
     std::stable_sort(g.children.begin(), g.children.end(),
                      [&](int a, int b) { return t.groups[static_cast<size_t>(a)].first < t.groups[static_cast<size_t>(b)].first; });
+}
+
+// A region of the value `target`: its elements inside the value's (strides >= 0), its shape's
+// element count the contribution's (checked by the caller).
+Region read_region(const Field& f, const Entry& target) {
+  Region r;
+  r.offset = f.at("offset").integer(0, kMaxInt);
+  r.shape = read_shape(f.at("shape"));
+  for (const Field& s : f.at("strides").items()) r.strides.push_back(s.integer(0, kMaxInt));
+  if (r.strides.size() != r.shape.size())
+    f.at("strides").refuse("has " + std::to_string(r.strides.size()) + " strides for the " +
+                           std::to_string(r.shape.size()) + " axes of shape " + shape_str(r.shape));
+  r.index = f.at("index").string();
+  if (numel(r.shape) == 0) return r;
+  int64_t last = r.offset;
+  for (size_t d = 0; d < r.shape.size(); ++d) {
+    int64_t span = 0;
+    if (__builtin_mul_overflow(r.shape[d] - 1, r.strides[d], &span) || __builtin_add_overflow(last, span, &last))
+      last = kMaxInt;
+  }
+  if (last >= numel(target.shape))
+    f.refuse("names element " + (last == kMaxInt ? std::string("past 2^63") : std::to_string(last)) + " of " +
+             shape_str(target.shape) + ", which has " + std::to_string(numel(target.shape)) + " elements");
+  return r;
 }
 
 Event read_event(const Field& f, const Tape& t) {
@@ -306,16 +344,22 @@ Event read_event(const Field& f, const Tape& t) {
     if (target.shape.size() < 1) row.refuse("is set but the receiving value has no rows");
     ev.row = row.integer(0, target.shape[0] - 1);
   }
+  if (const std::optional<Field> region = f.maybe("region")) {  // optional: dumps before regions have none
+    if (ev.row >= 0) region->refuse("is set beside a row; an event goes to a row or to a region");
+    ev.region = read_region(*region, target);
+  }
   const std::string& kind = f.at("kind").one_of({"set", "added", "overwritten"});
   ev.kind = kind == "set" ? EventKind::set : kind == "added" ? EventKind::added : EventKind::overwritten;
   if (ev.kind == EventKind::overwritten && !t.overwrite_bug)
     f.at("kind").refuse("is \"overwritten\" but the dump's mode is \"accumulate\"");
   ev.contribution = read_tensor(f.at("contribution"));
-  const std::vector<int64_t> want =
-      ev.row >= 0 ? std::vector<int64_t>(target.shape.begin() + 1, target.shape.end()) : target.shape;
+  const std::vector<int64_t> want = ev.region ? ev.region->shape
+                                    : ev.row >= 0 ? std::vector<int64_t>(target.shape.begin() + 1, target.shape.end())
+                                                  : target.shape;
   if (ev.contribution.shape != want)
     f.at("contribution").refuse("has shape " + shape_str(ev.contribution.shape) + " but " +
-                                (ev.row >= 0 ? "a row of " : "") + t.name(target) + " has shape " + shape_str(want));
+                                (ev.region ? "its region of " : ev.row >= 0 ? "a row of " : "") + t.name(target) +
+                                " has shape " + shape_str(want));
   ev.discarded = read_optional_tensor(f.at("discarded"));
   if (ev.discarded.has_value() != (ev.kind == EventKind::overwritten))
     f.at("discarded").refuse(ev.discarded ? "is set but nothing was overwritten" : "is null but the event overwrote a gradient");
@@ -372,9 +416,14 @@ Tape parse_tape(std::string_view text, const std::string& path) {
   t.overwrite_bug = doc.at("mode").one_of({"accumulate", "overwrite-bug"}) == "overwrite-bug";
   t.whole_limit = doc.at("limits").at("whole").integer(0, kMaxInt);
   t.head = doc.at("limits").at("head").integer(0, kMaxInt);
+  if (const std::optional<Field> vocabulary = doc.maybe("vocabulary"))  // optional: absent without one
+    for (const Field& token : vocabulary->items()) t.vocabulary.push_back(token.string());
   const std::vector<Field> values = doc.at("values").items();
   for (size_t i = 0; i < values.size(); ++i) t.values.push_back(read_entry(values[i], static_cast<int>(i)));
   check_values(t, values);
+  for (size_t i = 0; i < t.values.size(); ++i)
+    if (t.values[i].tokens && t.vocabulary.empty())
+      values[i].at("tokens").refuse("is true but the dump has no \"vocabulary\" to name the tokens");
   group_values(t);
 
   Field backward = doc.at("backward");

@@ -41,16 +41,26 @@ struct Entry {
   std::string op;        // empty when no node produced it
   int32_t node = -1;     // the node that produced it, -1 when none
   std::vector<int32_t> inputs;  // the ids the op read, in slot order
+  int reader = -1, reader_slot = -1;  // the first value whose op reads it (index into Tape::values), and the slot
   std::vector<int64_t> shape;
   std::string dtype, device;
   bool requires_grad = false;
-  std::vector<std::string> rows;  // row names, or empty
+  std::vector<std::string> rows;  // row names ("" for a row without one), or empty
+  bool tokens = false;            // its elements are token ids of Tape::vocabulary
   TensorData value;
   std::optional<TensorData> grad;  // as it stood when the backward pass ended
 };
 
 enum class EventKind { set, added, overwritten };
 const char* event_kind_name(EventKind k);
+
+// The part of a value a contribution covers (docs/tape-format.md, "region"): element j of the
+// contribution, row-major over `shape`, is element offset + sum_d j_d * strides[d] of the value.
+struct Region {
+  int64_t offset = 0;
+  std::vector<int64_t> shape, strides;
+  std::string index;  // as a person reads it: "[:, 3:4, :]"
+};
 
 // One gradient contribution, in the order the engine made it.
 struct Event {
@@ -59,6 +69,7 @@ struct Event {
   int32_t to = 0;       // the receiving value's id
   int input = 0;        // which input slot of the node
   int64_t row = -1;     // >= 0: it went to this row only
+  std::optional<Region> region;  // set: it went to this part only
   EventKind kind = EventKind::set;
   TensorData contribution;
   std::optional<TensorData> discarded;  // overwritten: what the slot held before
@@ -96,6 +107,7 @@ struct Tape {
   std::string title;
   bool overwrite_bug = false;
   int64_t whole_limit = 0, head = 0;
+  std::vector<std::string> vocabulary;  // token names, when the dump has them
   std::vector<Entry> values;
   bool has_backward = false;
   std::vector<int32_t> visits;  // node indices, in the order their backward ran
@@ -112,7 +124,10 @@ struct Tape {
 
   const Entry& entry(int32_t id) const;          // by graph id; the id must exist
   const Entry& producer(int32_t node) const;     // the value a node produced; the node must exist
-  std::string name(const Entry& e) const;        // its label, or "#5 matmul"
+  // Its label, or "#5 matmul"; a value no op made and no label names also by its first reader and
+  // that reader's input slot, so that two of them are told apart: "#1 input to wte (input 1)", or
+  // by its shape and dtype when no op on the tape reads it: "#2 input (64,) i64".
+  std::string name(const Entry& e) const;
   std::string mode() const { return overwrite_bug ? "overwrite-bug" : "accumulate"; }
 };
 

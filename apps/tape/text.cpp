@@ -65,16 +65,16 @@ std::vector<std::string> tensor_lines(const TensorData& t, const std::vector<std
   if (t.shape.size() == 1) {
     if (rows.empty()) return {inline_tensor(t, 16)};
     std::string s;
-    for (size_t i = 0; i < t.values.size() && i < 16; ++i) s += (i ? ", " : "") + rows[i] + ": " + number(t.values[i]);
+    for (size_t i = 0; i < t.values.size() && i < 16; ++i) s += (i ? ", " : "") + visible(rows[i]) + ": " + number(t.values[i]);
     return {s + (t.values.size() > 16 ? ", …" : "")};
   }
   const size_t n_rows = static_cast<size_t>(t.shape[0]), cols = static_cast<size_t>(t.shape[1]);
   size_t name_width = 0;
-  for (const std::string& r : rows) name_width = std::max(name_width, display_width(r));
+  for (const std::string& r : rows) name_width = std::max(name_width, display_width(visible(r)));
   std::vector<std::string> out;
   for (size_t r = 0; r < n_rows && r < kMaxRows; ++r) {
     std::string line;
-    if (!rows.empty()) line = rows[r] + std::string(name_width - display_width(rows[r]) + 2, ' ');
+    if (!rows.empty()) line = visible(rows[r]) + std::string(name_width - display_width(visible(rows[r])) + 2, ' ');
     line += list(t.values, r * cols, r * cols + std::min(cols, size_t{8}), cols > 8);
     if (static_cast<int64_t>(r) == highlight_row) line += "  <-";
     out.push_back(line);
@@ -90,8 +90,56 @@ std::string index_tag(int index) {
 
 std::string row_name(const Entry& e, int64_t row) {
   std::string s = "row " + std::to_string(row);
-  if (row >= 0 && static_cast<size_t>(row) < e.rows.size()) s += " (" + e.rows[static_cast<size_t>(row)] + ")";
+  if (row >= 0 && static_cast<size_t>(row) < e.rows.size() && !e.rows[static_cast<size_t>(row)].empty())
+    s += " (" + visible(e.rows[static_cast<size_t>(row)]) + ")";
   return s;
+}
+
+std::string visible(const std::string& name) {
+  std::string s;
+  for (const char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') s += "\\n";
+    else if (c == '\t') s += "\\t";
+    else if (c == '\r') s += "\\r";
+    else if (u < 0x20 || u == 0x7f) {
+      const char hex[] = "0123456789abcdef";
+      s += std::string("\\x") + hex[u >> 4] + hex[u & 15];
+    } else {
+      s += c;
+    }
+  }
+  const size_t first = s.find_first_not_of(' '), last = s.find_last_not_of(' ');
+  if (first == std::string::npos) {  // spaces only
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) out += "␣";
+    return out;
+  }
+  std::string out;
+  for (size_t i = 0; i < first; ++i) out += "␣";
+  out += s.substr(first, last - first + 1);
+  for (size_t i = last + 1; i < s.size(); ++i) out += "␣";
+  return out;
+}
+
+std::string inline_value(const Tape& t, const Entry& e, const TensorData& data, size_t max_elements) {
+  if (!e.tokens || t.vocabulary.empty()) return inline_tensor(data, max_elements);
+  std::string s = "[";
+  const size_t shown = std::min(max_elements, data.values.size());
+  for (size_t i = 0; i < shown; ++i) {
+    const double id = data.values[i];
+    const bool known = id >= 0 && id < static_cast<double>(t.vocabulary.size()) && id == static_cast<double>(static_cast<int64_t>(id));
+    s += (i ? ", " : "") + (known ? visible(t.vocabulary[static_cast<size_t>(id)]) : number(id));
+  }
+  s += shown < data.values.size() || data.truncated ? ", …]" : "]";
+  if (data.truncated || shown < static_cast<size_t>(data.count))
+    s += " (first " + std::to_string(shown) + " of " + std::to_string(data.count) + ")";
+  return s;
+}
+
+std::string part_name(const Entry& to, const Event& ev) {
+  if (ev.row >= 0) return row_name(to, ev.row);
+  return ev.region ? ev.region->index : "";
 }
 
 std::optional<std::vector<double>> sum_of(const TensorData& a, const TensorData& b) {

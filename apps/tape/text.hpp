@@ -31,8 +31,19 @@ std::vector<std::string> tensor_lines(const TensorData& t, const std::vector<std
 // "#5": a value's place in record order, as every view writes it.
 std::string index_tag(int index);
 
-// "row 0 (red)" or "row 0".
+// "row 0 (red)" or "row 0" (a row without a name: none given, or "" for a vocabulary's padding).
 std::string row_name(const Entry& e, int64_t row);
+
+// A row or token name as it can be seen on a line: control characters escaped ("\n", "\x1b"),
+// spaces at either end shown as "␣" (" the" -> "␣the", " " -> "␣"), as the page shows them.
+std::string visible(const std::string& name);
+
+// A value's elements as text: its tokens when it holds token ids (Entry::tokens: "[h, e, l, l, o,
+// ␣, …] (first 8 of 1024)", an id outside the vocabulary as its number), else inline_tensor's.
+std::string inline_value(const Tape& t, const Entry& e, const TensorData& data, size_t max_elements = 8);
+
+// The part of `to` an event went to: "row 0 (red)", a region "[:, 3:4, :]", or "" for all of it.
+std::string part_name(const Entry& to, const Event& ev);
 
 // Element-wise a + b when both are whole and the same size, else an empty optional.
 std::optional<std::vector<double>> sum_of(const TensorData& a, const TensorData& b);

@@ -45,13 +45,18 @@ std::string indent_lines(const std::vector<std::string>& lines, const std::strin
 
 // "#4 x = gather(embedding, input_ids)", "#5 matmul(x, weights)", "#0 embedding".
 std::string signature(const Tape& t, const Entry& e) {
-  if (e.op.empty()) return index_tag(e.index) + " " + (e.label.empty() ? e.kind : e.label);
+  if (e.op.empty()) return e.label.empty() ? t.name(e) : index_tag(e.index) + " " + e.label;
   std::string s = index_tag(e.index) + " " + (e.label.empty() ? "" : e.label + " = ") + e.op + "(";
   for (size_t k = 0; k < e.inputs.size(); ++k) s += (k ? ", " : "") + t.name(t.entry(e.inputs[k]));
   return s + ")";
 }
 
 std::string describe(const Entry& e) { return shape_str(e.shape) + " " + e.dtype + " on " + e.device; }
+
+// A value's lines: its tokens when it holds token ids, else its elements by row.
+std::vector<std::string> value_lines(const Tape& t, const Entry& e) {
+  return e.tokens ? std::vector<std::string>{inline_value(t, e, e.value, 16)} : tensor_lines(e.value, e.rows);
+}
 
 std::string forward_step(const Tape& t, const Entry& e) {
   std::string s;
@@ -69,18 +74,22 @@ std::string forward_step(const Tape& t, const Entry& e) {
     for (size_t k = 0; k < e.inputs.size(); ++k) {
       const Entry& in = t.entry(e.inputs[k]);
       s += "  input " + std::to_string(k) + "  " + t.name(in) + "  " + in.kind + " " + shape_str(in.shape) + "\n";
-      s += indent_lines(tensor_lines(in.value, in.rows), "      ");
+      s += indent_lines(value_lines(t, in), "      ");
     }
     s += "  output  " + t.name(e) + "  " + shape_str(e.shape) + "\n";
-    return s + indent_lines(tensor_lines(e.value, e.rows), "      ");
+    return s + indent_lines(value_lines(t, e), "      ");
   }
-  return s + "  value\n" + indent_lines(tensor_lines(e.value, e.rows), "      ");
+  if (e.reader >= 0)
+    s += "  first read by " + signature(t, t.values[static_cast<size_t>(e.reader)]) + ", as its input " +
+         std::to_string(e.reader_slot) + "\n";
+  return s + "  value\n" + indent_lines(value_lines(t, e), "      ");
 }
 
-// "d embedding, row 0 (red)" or "d logits".
+// "d embedding, row 0 (red)", "d gates, [:, 3:4, :]" or "d logits".
 std::string slot_name(const Tape& t, const Event& ev) {
   const Entry& to = t.entry(ev.to);
-  return "d " + t.name(to) + (ev.row >= 0 ? ", " + row_name(to, ev.row) : "");
+  const std::string part = part_name(to, ev);
+  return "d " + t.name(to) + (part.empty() ? "" : ", " + part);
 }
 
 std::string backward_step(const Tape& t, const Step& step, const Style& st) {

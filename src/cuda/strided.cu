@@ -1,6 +1,6 @@
 // CUDA N-d kernels over strided walks (Note [strided walks] in src/kernels/strided.hpp), the same
 // list and contracts as src/kernels/cpu/strided.cpp: broadcasting binary ops and their partials,
-// comparisons, where, strided copies, reductions along axes, argmax, gather / scatter along an
+// comparisons, where, strided copies and adds, reductions along axes, argmax, gather / scatter along an
 // axis, index_select / index_add, casts and clamp.
 //
 // Rule: an output element is computed by one thread from the same operands in the same order as
@@ -8,8 +8,11 @@
 // CPU's bit for bit where the arithmetic is the same (not exp/log/pow in f32, Note [exp and log
 // on each device]). The adjoints of gathers (scatter_add_axis, index_add) add with atomics, in
 // no fixed order: their sums may differ from the CPU's in the last bits when ids repeat.
+#include <type_traits>
+
 #include "tapegrad/cuda/common.cuh"
 #include "tapegrad/cuda/cuda_kernels.hpp"
+#include "tapegrad/kernels/bf16.hpp"
 #include "tapegrad/kernels/binary_ops.hpp"
 #include "tapegrad/kernels/dtype_dispatch.hpp"
 #include "tapegrad/kernels/strided.hpp"
@@ -98,6 +101,16 @@ __global__ void copy_strided_kernel(Walk<2> w, const U* src, U* dst) {
     int64_t off[2];
     w.at(i, off);
     dst[off[0]] = src[off[1]];
+  }
+}
+
+template <class T>
+__global__ void add_strided_kernel(Walk<2> w, const T* src, T* dst) {
+  TG_GRID_STRIDE(i, w.numel) {
+    int64_t off[2];
+    w.at(i, off);
+    if constexpr (std::is_same_v<T, kernels::bf16>) dst[off[0]] = kernels::to_bf16(kernels::widen(dst[off[0]]) + kernels::widen(src[off[1]]));
+    else dst[off[0]] = dst[off[0]] + src[off[1]];
   }
 }
 
@@ -361,6 +374,21 @@ void copy_strided(const Tensor& src, const View& src_view, Tensor& dst, const Vi
     }
     TG_CUDA_CHECK_LAUNCH();
   });
+}
+
+// dst's element + src's, in f32 for bf16 and rounded once, as the CPU's (and binary's add)
+void add_strided(const Tensor& src, const View& src_view, Tensor& dst, const View& dst_view) {
+  if (src.dtype() != dst.dtype())
+    throw Error(std::string("[add_strided] adds ") + dtype_name(src.dtype()) + " into " + dtype_name(dst.dtype()) +
+                "; the dtypes must be equal");
+  if (dst_view.shape.numel() == 0) return;
+  auto run = [&]<class T>() {
+    const Walk<2> w = make_walk<2>(dst_view.shape, {dst_view, src_view});
+    add_strided_kernel<T><<<blocks_for(w.numel), kBlock, 0, stream_for(dst)>>>(w, cdata<T>(src), mdata<T>(dst));
+    TG_CUDA_CHECK_LAUNCH();
+  };
+  if (dst.dtype() == DType::bf16) return run.template operator()<kernels::bf16>();
+  dispatch_float("add_strided", dst.dtype(), [&]<class T>() { run.template operator()<T>(); });
 }
 
 void reduce(kernels::Reduce op, const Tensor& x, const Shape& kept, Tensor& out) {

@@ -29,6 +29,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "tapegrad/graph/anomaly.hpp"
+#include "tapegrad/graph/freed.hpp"
 #include "tapegrad/kernels/kernels.hpp"
 
 namespace tapegrad {
@@ -228,8 +230,7 @@ Var Graph::record(const char* op, Tensor out, std::span<const Var> inputs, Backw
   if (grad_enabled_ && backward)
     for (const Var& in : inputs) needs = needs || checked(in).requires_grad;
   int32_t id = static_cast<int32_t>(values_.size());
-  if (needs && freed_)
-    throw Error(std::string("[") + op + "] this tape was freed by backward(); call clear() before recording the next step");
+  if (detect_anomaly_) check_output(*this, op, out, inputs, scope_name(current_scope()));
   Var result = push_value(values_, id, std::move(out), ValueKind::activation, needs, std::string());
   if (needs) {
     Node& n = nodes_.emplace_back();
@@ -314,9 +315,7 @@ void Graph::backward(Var loss, const BackwardOptions& options) {
                 "; reduce it first, e.g. ops::mean(x) or ops::sum(x)");
   if (!l.requires_grad)
     throw Error("[backward] the loss does not depend on any parameter (was it computed under NoGrad?)");
-  if (freed_)
-    throw Error("[backward] this tape was already freed by an earlier backward(); pass "
-                "{.retain_graph = true} to the first backward() to run it twice");
+  if (freed_) check_not_freed(*this, loss.id_);
 
   for (size_t i = 0; i < values_.size(); ++i) {
     values_[i].grad = Tensor();
@@ -348,6 +347,7 @@ void Graph::backward(Var loss, const BackwardOptions& options) {
     if (options.record) options.record->visits.push_back(static_cast<int32_t>(i));
     BackwardContext ctx(*this, n, static_cast<int32_t>(i), options);
     n.backward(ctx);
+    if (!options.retain_graph) free_node(nodes_[i]);  // this pass was the last to read what it saved
     if (options.free_activation_grads && !options.record) {  // every contribution to it has arrived and been read
       Value& done = mutable_value(n.output);
       done.grad = Tensor();
@@ -356,10 +356,7 @@ void Graph::backward(Var loss, const BackwardOptions& options) {
   }
   fire_down_to(-1);
 
-  if (!options.retain_graph) {
-    for (Node& n : nodes_) n.saved = {};
-    freed_ = true;
-  }
+  freed_ = freed_ || !options.retain_graph;
 }
 
 // ---- BackwardContext: what a rule reads
@@ -410,6 +407,7 @@ void BackwardContext::accumulate(int k, const Tensor& contribution) {
   Value& target = g_.mutable_value(node_->inputs[k]);
   if (!target.requires_grad) return;
   check_contribution(node_->op, k, target.data, contribution, "a gradient");
+  if (anomaly_) check_anomaly(k, contribution, "a gradient");
   make_dense(target);  // a row-sparse gradient meets a dense one as bytes
   GradEvent::Kind kind;
   Tensor discarded;
@@ -465,6 +463,7 @@ void BackwardContext::accumulate(int k, RowSparse contribution) {
                 " row-sparse rows " + rows.shape().str() + " " + dtype_name(rows.dtype()) + " at ids " +
                 ids.shape().str() + " " + dtype_name(ids.dtype()) + ", which do not fit that input, " +
                 t.shape().str() + " " + dtype_name(t.dtype()) + " on " + t.device().str());
+  if (anomaly_) check_anomaly(k, rows, "row-sparse rows");
   if (!target.grad.defined() && !target.sparse_grad.defined() && !options_.record) {
     target.sparse_grad = std::move(contribution);
     return;
@@ -481,6 +480,7 @@ void BackwardContext::accumulate_rows(int k, const Tensor& ids, const Tensor& ro
     throw Error(std::string("[engine] the backward of ") + node_->op + " gave input " + std::to_string(k) +
                 " rows of shape " + rows.shape().str() + " at ids " + ids.shape().str() +
                 ", which do not fit its table " + table.shape().str());
+  if (anomaly_) check_anomaly(k, rows, "rows");
   make_dense(target);
 
   if (options_.record) {  // per-row events, computed on the host before the slot changes

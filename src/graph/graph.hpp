@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "tapegrad/graph/stable_vector.hpp"
+#include "tapegrad/kernels/strided.hpp"
 #include "tapegrad/tensor/tensor.hpp"
 
 namespace tapegrad {
@@ -144,6 +146,7 @@ struct Node {
   NodeInputs inputs;
   std::array<Tensor, 2> saved;  // what the backward needs beyond the inputs and output values
   double scalar = 0.0;          // one attribute (a scale factor, a divisor)
+  bool freed = false;           // a backward ran it and freed `saved`: it cannot run again
 };
 
 // What the engine did, for tape dumps and teaching: the visit order and every contribution.
@@ -153,6 +156,7 @@ struct GradEvent {
   int32_t to_value = -1;   // the value receiving it
   int input_slot = 0;      // which input of the node
   int64_t row = -1;        // >= 0: one row of a row-wise (scatter) contribution
+  std::optional<kernels::View> region;  // set: the elements a contribution to part of the value covers
   Kind kind = Kind::set;
   Tensor contribution;     // what arrived (a copy)
   Tensor discarded;        // overwritten: what was thrown away (a copy)
@@ -166,6 +170,7 @@ struct BackwardRecord {
 
 struct BackwardOptions {
   bool overwrite_bug = false;       // contributions write instead of add (Note [overwrite-bug mode])
+  bool detect_anomaly = false;      // a contribution holding NaN or inf throws (anomaly.hpp); the graph's mode implies it
   bool retain_graph = false;        // keep saved tensors so backward() can run again over this tape
   BackwardRecord* record = nullptr; // when set, the engine logs visits and contributions here
   // Drop each activation's gradient as soon as its node's backward has read it (PyTorch's rule for
@@ -205,6 +210,9 @@ class Graph {
   // ---- grad mode (see NoGrad)
   bool grad_enabled() const { return grad_enabled_; }
   void set_grad_enabled(bool on) { grad_enabled_ = on; }
+  // ---- anomaly mode (anomaly.hpp): every op's output and every contribution checked for NaN and inf
+  bool detect_anomaly() const { return detect_anomaly_; }
+  void set_detect_anomaly(bool on) { detect_anomaly_ = on; }
 
   // ---- for op front-ends (built-in and custom, docs/custom-ops.md): record `out` as the result
   // of `op` over `inputs`. A node is appended only when grad mode is on and some input requires a
@@ -243,7 +251,7 @@ class Graph {
   size_t value_count() const { return values_.size(); }
   size_t parameter_count() const { return params_.size(); }
   Var var(int32_t id);  // a handle to an existing value
-  bool tape_freed() const { return freed_; }
+  bool tape_freed() const { return freed_; }  // a backward freed some node (freed.hpp)
   const Value& checked(const Var& v) const;
 
  private:
@@ -264,6 +272,7 @@ class Graph {
   uint64_t next_serial_ = 1;
   uint32_t slot_ = 0, generation_ = 0;  // this graph's place in the table of live graphs
   bool grad_enabled_ = true;
+  bool detect_anomaly_ = false;
   bool freed_ = false;
 };
 
@@ -316,16 +325,22 @@ class BackwardContext {
   void accumulate(int k, RowSparse contribution);
   // input k's gradient rows: grad[ids[i]] += rows[i] for i in order (overwrite-bug mode: =).
   void accumulate_rows(int k, const Tensor& ids, const Tensor& rows);
+  // input k's gradient seen through `region` (a view of its elements, each named at most once) +=
+  // contribution (of region's shape); the rest of the gradient gets nothing, so a part costs the
+  // part, not the whole input (overwrite-bug mode: the region = contribution). Note [regions].
+  void accumulate(int k, const Tensor& contribution, const kernels::View& region);
 
  private:
   friend class Graph;
   BackwardContext(Graph& g, const Node& n, int32_t node_index, const BackwardOptions& o)
-      : g_(g), node_(&n), node_index_(node_index), options_(o) {}
+      : g_(g), node_(&n), node_index_(node_index), options_(o), anomaly_(o.detect_anomaly || g.detect_anomaly()) {}
   void log(int k, GradEvent::Kind kind, const Tensor& contribution, Tensor discarded, int64_t row = -1);
+  void check_anomaly(int k, const Tensor& contribution, const char* what) const;  // anomaly.cpp
   Graph& g_;
   const Node* node_;
   int32_t node_index_;
   const BackwardOptions& options_;
+  bool anomaly_;  // check each contribution for NaN and inf (the options' or the graph's anomaly mode)
 };
 
 }  // namespace tapegrad

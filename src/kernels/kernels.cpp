@@ -85,6 +85,9 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
 void copy_strided(const Tensor& src, const View& src_view, Tensor& dst, const View& dst_view) {
   TG_DISPATCH("copy", copy_strided(src, src_view, dst, dst_view), &src, &dst);
 }
+void add_strided(const Tensor& src, const View& src_view, Tensor& dst, const View& dst_view) {
+  TG_DISPATCH("add_strided", add_strided(src, src_view, dst, dst_view), &src, &dst);
+}
 void reduce(Reduce op, const Tensor& x, const Shape& kept, Tensor& out) {
   TG_DISPATCH("reduce", reduce(op, x, kept, out), &x, &out);
 }

@@ -51,6 +51,11 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out);  
 // The elements of src seen through src_view (which broadcasts to dst_view.shape) written into dst
 // through dst_view; any dtype (src's and dst's must be equal).
 void copy_strided(const Tensor& src, const View& src_view, Tensor& dst, const View& dst_view);
+// The same with dst's elements added to: dst[j] = dst[j] + src[i] for each pair the views walk, each
+// sum rounded once in dst's dtype as binary's add rounds it (f64, f32; bf16 in f32, rounded once);
+// src's and dst's dtypes equal, dst_view naming each element at most once. The engine's door for a
+// contribution to part of a gradient (BackwardContext::accumulate with a region).
+void add_strided(const Tensor& src, const View& src_view, Tensor& dst, const View& dst_view);
 enum class Reduce : uint8_t { sum, mean, max, min };
 // out (numel of kept) = x (contiguous) reduced over the axes where `kept` has extent 1 and x does
 // not, in row-major order over those axes, accumulated in double; max and min propagate NaN.

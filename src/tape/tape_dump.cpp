@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "tapegrad/graph/gradcheck.hpp"
+#include "tapegrad/graph/region.hpp"
 #include "tapegrad/io/atomic_file.hpp"
 #include "tapegrad/io/text.hpp"
 #include "tapegrad/ops/op_table.hpp"
@@ -102,7 +103,27 @@ std::vector<int32_t> record_order(const Graph& g) {
   return ids;
 }
 
+bool in_vocabulary(const Value& v, const DumpOptions& o) {
+  return o.vocabulary && !v.label.empty() &&
+         std::find(o.vocabulary->labels.begin(), o.vocabulary->labels.end(), v.label) != o.vocabulary->labels.end();
+}
+
+// A floating value the vocabulary names: a row per token id, then unnamed rows ("") past it.
+json::Value vocabulary_rows_json(const Value& v, const DumpOptions& o) {
+  const std::vector<std::string>& tokens = o.vocabulary->tokens;
+  const int64_t rows = v.data.ndim() == 0 ? 0 : v.data.dim(0);
+  if (rows < static_cast<int64_t>(tokens.size()))
+    throw Error("[tape_dump] the vocabulary's " + std::to_string(tokens.size()) + " tokens name the rows of \"" +
+                v.label + "\", but its value has shape " + v.data.shape().str() + " (" + std::to_string(rows) +
+                " rows); a table of tokens has a row per token (label an integer value to show its ids as tokens)");
+  json::Value::Array names;
+  for (int64_t r = 0; r < rows; ++r)
+    names.emplace_back(r < static_cast<int64_t>(tokens.size()) ? io::valid_utf8(tokens[static_cast<size_t>(r)]) : "");
+  return names;
+}
+
 json::Value row_names_json(const Value& v, const DumpOptions& o) {
+  if (in_vocabulary(v, o) && is_floating(v.data.dtype())) return vocabulary_rows_json(v, o);
   auto it = o.row_names.find(v.label);
   if (v.label.empty() || it == o.row_names.end()) return nullptr;
   const int64_t rows = v.data.ndim() == 0 ? 0 : v.data.dim(0);
@@ -113,6 +134,19 @@ json::Value row_names_json(const Value& v, const DumpOptions& o) {
   json::Value::Array names;
   for (const std::string& n : it->second) names.emplace_back(n);
   return names;
+}
+
+// Every label the vocabulary names is some value's, and none is also given row names of its own.
+void check_vocabulary_labels(const Graph& g, const DumpOptions& o) {
+  for (const std::string& label : o.vocabulary->labels) {
+    if (o.row_names.count(label))
+      throw Error("[tape_dump] \"" + label + "\" is named both by row_names and by the vocabulary; give it one");
+    bool found = false;
+    for (const int32_t id : record_order(g)) found = found || g.value(id).label == label;
+    if (!found)
+      throw Error("[tape_dump] the vocabulary names the values labelled \"" + label + "\", but no value in the tape " +
+                  "carries that label (label it with Var::label, or check its spelling)");
+  }
 }
 
 json::Value value_json(const Graph& g, int32_t id, size_t index, const std::vector<int32_t>& node_of,
@@ -141,9 +175,23 @@ json::Value value_json(const Graph& g, int32_t id, size_t index, const std::vect
   e.set("device", v.data.device().str());
   e.set("requires_grad", v.requires_grad);
   e.set("rows", row_names_json(v, o));
+  if (in_vocabulary(v, o) && !is_floating(v.data.dtype())) e.set("tokens", true);  // optional: its elements are token ids
   e.set("value", tensor_json(v.data, o));
   e.set("grad", optional_tensor_json(v.sparse_grad.defined() ? v.sparse_grad.to_dense(v.data.shape()) : v.grad, o));
   return e;
+}
+
+// A contribution's region (optional: absent for a whole value or a row): where its elements lie in
+// the receiving value's, and as Python's indexing where it is a box ("[:, 3:4, :]").
+json::Value region_json(const Shape& shape, const kernels::View& r) {
+  json::Value out = json::Value::Object{};
+  out.set("offset", r.offset);
+  out.set("shape", shape_json(r.shape));
+  json::Value::Array strides;
+  for (int d = 0; d < r.shape.ndim(); ++d) strides.emplace_back(r.stride[static_cast<size_t>(d)]);
+  out.set("strides", std::move(strides));
+  out.set("index", region_str(shape, r));
+  return out;
 }
 
 // The receiving gradient right after each event, replayed in f64 from the events themselves:
@@ -169,27 +217,49 @@ class Replay {
     if (slot.grad.empty()) {
       const size_t n = static_cast<size_t>(g_.value(ev.to_value).data.numel());
       slot.grad.assign(n, 0.0);
-      // A first event that sets a row means the engine's scatter found no gradient and started
+      // A first event that sets a row or a region means the engine found no gradient and started
       // from zeros; any other first event lands on a gradient from before this pass.
-      slot.known.assign(n, ev.row >= 0 && ev.kind == GradEvent::Kind::set);
+      slot.known.assign(n, (ev.row >= 0 || ev.region) && ev.kind == GradEvent::Kind::set);
     }
     const std::vector<double> c = ev.contribution.to_doubles();
-    const size_t begin = ev.row >= 0 ? static_cast<size_t>(ev.row) * c.size() : 0;
-    TG_CHECK(begin + c.size() <= slot.grad.size(), "a recorded contribution does not fit its target");
+    const std::vector<size_t> at = elements_of(ev, c.size());
     bool known = true;
-    for (size_t i = begin; i < begin + c.size(); ++i) {
+    std::vector<double> part(c.size());
+    for (size_t j = 0; j < c.size(); ++j) {
+      const size_t i = at[j];
+      TG_CHECK(i < slot.grad.size(), "a recorded contribution does not fit its target");
       if (ev.kind == GradEvent::Kind::added) {
-        slot.grad[i] += c[i - begin];
+        slot.grad[i] += c[j];
       } else {
-        slot.grad[i] = c[i - begin];
+        slot.grad[i] = c[j];
         slot.known[i] = true;
       }
       known = known && slot.known[i];
+      part[j] = slot.grad[i];
     }
     if (!known) return nullptr;
-    std::vector<double> part(slot.grad.begin() + static_cast<std::ptrdiff_t>(begin),
-                             slot.grad.begin() + static_cast<std::ptrdiff_t>(begin + c.size()));
     return tensor_json(part, ev.contribution.shape(), ev.contribution.dtype(), o);
+  }
+
+  // Where each element of the event's contribution lands in its value's elements: all of them, a
+  // row, or a region's walk (row-major over the region's shape).
+  static std::vector<size_t> elements_of(const GradEvent& ev, size_t n) {
+    std::vector<size_t> at(n);
+    if (!ev.region) {
+      const size_t begin = ev.row >= 0 ? static_cast<size_t>(ev.row) * n : 0;
+      for (size_t j = 0; j < n; ++j) at[j] = begin + j;
+      return at;
+    }
+    const kernels::View& r = *ev.region;
+    for (size_t j = 0; j < n; ++j) {
+      int64_t rest = static_cast<int64_t>(j), off = r.offset;
+      for (int d = r.shape.ndim() - 1; d >= 0; --d) {
+        off += (rest % r.shape[d]) * r.stride[static_cast<size_t>(d)];
+        rest /= r.shape[d];
+      }
+      at[j] = static_cast<size_t>(off);
+    }
+    return at;
   }
 
   struct Slot {
@@ -231,6 +301,7 @@ json::Value backward_json(const Graph& g, const BackwardRecord& record, const Du
     e.set("to", ev.to_value);
     e.set("input", ev.input_slot);
     e.set("row", ev.row >= 0 ? json::Value(ev.row) : json::Value());
+    if (ev.region) e.set("region", region_json(g.value(ev.to_value).data.shape(), *ev.region));
     e.set("kind", grad_event_kind_name(ev.kind));
     e.set("contribution", tensor_json(ev.contribution, o));
     e.set("discarded", optional_tensor_json(ev.discarded, o));
@@ -285,6 +356,12 @@ json::Value tape_dump(const Graph& g, const BackwardRecord* record, const DumpOp
   limits.set("whole", options.whole_limit);
   limits.set("head", options.head);
   d.set("limits", std::move(limits));
+  if (options.vocabulary) {
+    json::Value::Array tokens;
+    for (const std::string& token : options.vocabulary->tokens) tokens.emplace_back(io::valid_utf8(token));
+    d.set("vocabulary", std::move(tokens));  // optional: absent without one
+    check_vocabulary_labels(g, options);
+  }
   json::Value::Array values;
   const std::vector<int32_t> order = record_order(g);
   for (size_t i = 0; i < order.size(); ++i) values.push_back(value_json(g, order[i], i, node_of, options));

@@ -56,6 +56,15 @@ struct DumpOptions {
   // Names for the rows (for a 1-D value: the elements) of every value carrying the label, e.g.
   // {"embedding", vocab}: a reader then says "row 0 (red)" where it would say "row 0".
   std::map<std::string, std::vector<std::string>> row_names;
+  // A model of tokens: `tokens[i]` names token id i ("\n", " ", "e" for characters), and every value
+  // whose label is in `labels` is named by it: a floating value's rows (an embedding's table, an
+  // output head's weight: a row per token, rows past the vocabulary, a padded table's, unnamed), an
+  // integer value's elements (the batch's ids and targets, which readers show as their tokens).
+  struct Vocabulary {
+    std::vector<std::string> tokens;
+    std::vector<std::string> labels;  // {"wte.weight", "lm_head.weight", "ids", "targets"}
+  };
+  std::optional<Vocabulary> vocabulary;
   std::optional<GradientCheckResult> gradient_check;  // written when a check was run
 };
 

@@ -141,7 +141,7 @@ TEST_CASE("a non-scalar backward is refused with a hint") {
                        Error);
 }
 
-TEST_CASE("a second backward over a freed tape is refused; retain_graph keeps it") {
+TEST_CASE("a second backward over a freed tape is refused by node; retain_graph keeps it") {
   Graph g;
   Var a = g.parameter(f64({3}, Shape{1}));
   Var y = ops::sum(ops::mul(a, a));
@@ -149,10 +149,44 @@ TEST_CASE("a second backward over a freed tape is refused; retain_graph keeps it
   g.backward(y);  // parameter gradients accumulate across backward calls: 6 + 6
   CHECK(grad_of(a) == std::vector<double>{12});
   CHECK(g.tape_freed());
-  CHECK_THROWS_WITH_AS(g.backward(y), doctest::Contains("already freed by an earlier backward()"), Error);
-  CHECK_THROWS_WITH_AS(ops::mul(a, a), doctest::Contains("call clear() before recording the next step"), Error);
+  CHECK_THROWS_WITH_AS(g.backward(y),
+                       "[backward] this backward reaches node 1 (sum, value 1), which an earlier backward() ran and "
+                       "freed; pass {.retain_graph = true} to that backward() to run through it again",
+                       Error);
+  CHECK(grad_of(a) == std::vector<double>{12});  // refused before any gradient moved
   g.zero_grad();
   CHECK_FALSE(a.grad().defined());
+}
+
+TEST_CASE("ops recorded after backward() get nodes of their own; the freed part stays refused by name") {
+  Graph g;
+  Var a = g.parameter(f64({3}, Shape{1}), "a");
+  Var h = ops::mul(a, a);         // node 0
+  Var loss = ops::sum(h);         // node 1
+  g.backward(loss);
+  CHECK(grad_of(a) == std::vector<double>{6});
+  // as PyTorch: the loss and the parameters stay usable without clear()
+  Var doubled = loss * 2.0;       // node 2, from the freed loss
+  CHECK(doubled.item() == 18);
+  Var next = ops::sum(ops::exp(a * 0.5));  // the next micro-batch: nodes 3 to 5
+  g.backward(next);               // its own nodes run; a's gradient accumulates
+  CHECK(grad_of(a)[0] == 6 + 0.5 * std::exp(1.5));
+  CHECK_THROWS_WITH_AS(g.backward(doubled),  // through the loss's node, which the first backward freed
+                       "[backward] this backward reaches node 1 (sum, value 1), which an earlier backward() ran and "
+                       "freed; pass {.retain_graph = true} to that backward() to run through it again",
+                       Error);
+  CHECK_THROWS_WITH_AS(g.backward(next),
+                       "[backward] this backward reaches node 5 (sum, value 5), which an earlier backward() ran and "
+                       "freed; pass {.retain_graph = true} to that backward() to run through it again",
+                       Error);
+  Var again = ops::sum(h * 3.0);  // h's node was freed too: a path through it is refused
+  CHECK_THROWS_WITH_AS(g.backward(again),
+                       "[backward] this backward reaches node 0 (mul, value 0), which an earlier backward() ran and "
+                       "freed; pass {.retain_graph = true} to that backward() to run through it again",
+                       Error);
+  g.clear();  // the next step: nothing freed
+  CHECK_FALSE(g.tape_freed());
+  g.backward(ops::sum(ops::mul(a, a)));
 }
 
 TEST_CASE("clear() keeps parameters and refuses stale activation handles") {

@@ -3,7 +3,9 @@
 // lm_head, then ops::cross_entropy), its backward recorded. The default is the tiny config of
 // examples/gpt (2 blocks, 4 heads, C 128, T 64, B 16) over a 40-token vocabulary; gpt_test.sh and the
 // page test read it with `tape show` and `tape html`. More layers and smaller sizes make a tape of
-// thousands of nodes cheaply (`gpt_dump big.json 500 2 8 16 2`).
+// thousands of nodes cheaply (`gpt_dump big.json 500 2 8 16 2`). The dump names the 40 tokens
+// (characters, "\n" and " " among them: DumpOptions::vocabulary) for the token table's and the
+// head's rows and the ids and targets.
 //
 //   gpt_dump FILE [LAYERS [B T C HEADS]]
 // prints "values V nodes N contributions E", the step's and the dump's times, and the numbers the
@@ -12,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "nn/nn_testing.hpp"
 #include "tapegrad/tape/tape_dump.hpp"
@@ -67,6 +70,11 @@ int main(int argc, char** argv) {
   const double step_ms = since(start);
 
   DumpOptions options;
+  std::vector<std::string> tokens = {"\n", " "};
+  for (const char c : std::string("etaoinshrdlucmfwypvbgkqjxzETAOI.,!?"))
+    tokens.emplace_back(1, c);
+  tokens.resize(static_cast<size_t>(V), "?");
+  options.vocabulary = DumpOptions::Vocabulary{tokens, {"wte.weight", "lm_head.weight", "ids", "targets"}};
   options.title = "GPT (L" + std::to_string(layers) + " H" + std::to_string(H) + " C" + std::to_string(C) + " T" +
                   std::to_string(T) + " B" + std::to_string(B) + " V" + std::to_string(V) + "): one training step";
   const auto dumped = std::chrono::steady_clock::now();

@@ -101,8 +101,8 @@ TEST_CASE("the stepper's commands: next, back, jump, limits, unknown words, end 
   CHECK(has(out, "── step 2 of 18 · forward ─"));
   CHECK(has(out, "(no step 0: the steps are 1 to 18)\n"));
   CHECK(has(out, "(this is the last step, 18 of 18)\n"));
-  CHECK(has(out, "(unknown command \"hello\": n next, b back, j N jump to step N, q quit)\n"));
-  CHECK(has(out, "(unknown command \"j x\": n next, b back, j N jump to step N, q quit)\n"));
+  CHECK(has(out, "(unknown command \"hello\": n next, o over an op's row contributions, b back, j N jump to step N, q quit)\n"));
+  CHECK(has(out, "(unknown command \"j x\": n next, o over an op's row contributions, b back, j N jump to step N, q quit)\n"));
   // the summary names the loss, the failed check and the final gradients
   CHECK(has(out, "gradient check (central differences, epsilon 1e-05, tolerance 1e-06): FAILED, max error 0.08215\n"));
   CHECK(has(out, "  embedding  0.08215    FAILED\n"));

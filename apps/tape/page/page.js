@@ -11,6 +11,11 @@
 // apps/tape/tape_file.cpp), collapsed by default, with a search box. Only expanded groups' rows are
 // in the DOM, and stepping marks the rows and the headers of the groups holding them. When the
 // first render is done, the page sets the performance mark 'tape-ready' (and body[data-ready]).
+//
+// Real batch sizes: an embedding's backward sends one row per token, most of a model's steps. The
+// "rows as one step" control (key r) walks the row contributions one visit sends to one input as
+// one step. A dump's vocabulary names token ids where a value holds them, and a value no op made and
+// no label names is named by the op that first reads it ("#1 input to wte (input 1)").
 'use strict';
 
 // ---- numbers and tensors ------------------------------------------------------------------------
@@ -26,13 +31,22 @@ function fmt(x) {
   return String(Number(x.toPrecision(4)));
 }
 
+// A row or token name as it can be seen: control characters escaped ("\\n"), spaces at either end
+// shown as "␣", as the terminal tools show them (apps/tape/text.cpp).
+function visible(name) {
+  const named = { '\n': '\\n', '\t': '\\t', '\r': '\\r' };
+  const s = String(name).replace(/[\x00-\x1f\x7f]/g, (c) => named[c] || `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
+  return s.replace(/^ +| +$/g, (m) => '␣'.repeat(m.length));
+}
+
 function esc(s) {
   return String(s).replace(/[&<>"]/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;' })[c]);
 }
 
-// "[0.02365, 0.08215]" or "[[-0.18, -0.35], [0.15, -0.43], …]"; at most `max` elements.
-function inline(t, max = 8) {
-  const v = t.values.map(fmt);
+// "[0.02365, 0.08215]" or "[[-0.18, -0.35], [0.15, -0.43], …]"; at most `max` elements, each
+// written by `cell` (a token for a value of token ids).
+function inline(t, max = 8, cell = fmt) {
+  const v = t.values.map(cell);
   if (t.truncated) return `[${v.slice(0, max).join(', ')}, …] (first ${Math.min(v.length, max)} of ${t.count})`;
   if (t.shape.length === 0) return v[0];
   if (t.shape.length !== 2) return `[${v.slice(0, max).join(', ')}${v.length > max ? ', …' : ''}]`;
@@ -41,26 +55,40 @@ function inline(t, max = 8) {
   return `[${rows.join(', ')}${rows.length * cols < v.length ? ', …' : ''}]`;
 }
 
-// A tensor as an HTML table, rows named when names are known; rowClass(r) may mark a row.
-function tensorTable(t, names = [], rowClass = () => '') {
+// A tensor as an HTML table, rows named when names are known; rowClass(r) may mark a row; `cell`
+// writes an element (a token for a value of token ids).
+function tensorTable(t, names = [], rowClass = () => '', cell = fmt) {
   if (!t) return '<span class="missing">none</span>';
   if (t.truncated)
-    return `<code>${esc(inline(t))}</code> <small>min ${fmt(t.min)}, max ${fmt(t.max)}, mean ${fmt(t.mean)}, std ${fmt(t.std)}</small>`;
-  if (t.shape.length === 0) return `<code class="num">${fmt(t.values[0])}</code>`;
+    return `<code>${esc(inline(t, 8, cell))}</code> <small>min ${fmt(t.min)}, max ${fmt(t.max)}, mean ${fmt(t.mean)}, std ${fmt(t.std)}</small>`;
+  const td = (x) => `<td>${esc(cell(x))}</td>`;
+  if (t.shape.length === 0) return `<code class="num">${esc(cell(t.values[0]))}</code>`;
   if (t.shape.length === 1) {
-    const head = names.length ? `<tr>${names.map((n) => `<th>${esc(n)}</th>`).join('')}</tr>` : '';
-    return `<table class="tensor">${head}<tr>${t.values.map((x) => `<td>${fmt(x)}</td>`).join('')}</tr></table>`;
+    const head = names.length ? `<tr>${names.map((n) => `<th>${esc(visible(n))}</th>`).join('')}</tr>` : '';
+    return `<table class="tensor">${head}<tr>${t.values.map(td).join('')}</tr></table>`;
   }
-  if (t.shape.length !== 2) return `<code>${esc(inline(t))}</code>`;
+  if (t.shape.length !== 2) return `<code>${esc(inline(t, 8, cell))}</code>`;
   const cols = t.shape[1];
   let html = '<table class="tensor">';
   for (let r = 0; r < t.shape[0]; r++) {
     const cls = rowClass(r) ? ` class="${rowClass(r)}"` : '';
-    const name = names.length ? `<th>${esc(names[r])}</th>` : '';
-    html += `<tr${cls}>${name}${t.values.slice(r * cols, (r + 1) * cols).map((x) => `<td>${fmt(x)}</td>`).join('')}</tr>`;
+    const name = names.length ? `<th>${esc(visible(names[r]))}</th>` : '';
+    html += `<tr${cls}>${name}${t.values.slice(r * cols, (r + 1) * cols).map(td).join('')}</tr>`;
   }
   return html + '</table>';
 }
+
+// How a value's elements are written: as tokens of the dump's vocabulary when it holds token ids
+// ("tokens": true), an id outside the vocabulary as its number; else as numbers.
+function cellOf(t, v) {
+  if (!v.tokens || !t.vocabulary) return fmt;
+  return (x) => {
+    const id = num(x);
+    return Number.isInteger(id) && id >= 0 && id < t.vocabulary.length ? visible(t.vocabulary[id]) : fmt(x);
+  };
+}
+
+const valueTable = (t, v) => tensorTable(v.value, v.rows || [], () => '', cellOf(t, v));
 
 const shapeStr = (s) => `(${s.join(', ')}${s.length === 1 ? ',' : ''})`;
 
@@ -72,52 +100,94 @@ function prepare(source, key) {
     key, file: source.file, title: d.title, mode: d.mode, values: d.values, check: d.gradient_check,
     rules: d.ops || {},  // the derivatives table's rows for the ops in this tape (docs/ops.md)
     visits: d.backward ? d.backward.visits : [], events: d.backward ? d.backward.events : [],
-    byId: new Map(), byNode: new Map(),
+    vocabulary: d.vocabulary || null,  // token names, when the dump has them
+    byId: new Map(), byNode: new Map(), readerOf: new Map(),
   };
   for (const v of t.values) {
     t.byId.set(v.id, v);
     if (v.node !== null) t.byNode.set(v.node, v);
+    v.inputs.forEach((id, k) => { if (!t.readerOf.has(id)) t.readerOf.set(id, [v, k]); });
   }
-  t.steps = walk(t);
+  t.hasRows = t.events.some((e) => e.row !== null);
+  t.steps = walk(t, false);
   t.drawGraph = t.values.length <= GRAPH_LIMIT;
   t.layout = t.drawGraph ? layout(t) : null;
   prepareGroups(t, source.groups);
   return t;
 }
 
-const nameOf = (t, v) => v.label || `#${v.index} ${v.op || v.kind}`;
+// A value's name: its label; else "#5 matmul"; a value no op made (an input, a parameter) and no
+// label names is named by the op that first reads it too, so that two of them are told apart:
+// "#1 input to wte (input 1)", "#60 input to loss (input 1)", or by its shape and dtype when no op
+// on the tape reads it ("#2 input (64,) i64"). The same names as apps/tape's Tape::name.
+function nameOf(t, v) {
+  if (v.label) return v.label;
+  const base = `#${v.index} ${v.op || v.kind}`;
+  if (v.op) return base;
+  const read = t.readerOf.get(v.id);
+  if (!read) return `${base} ${shapeStr(v.shape)} ${v.dtype}`;
+  const [reader, slot] = read;
+  return `${base} to ${reader.label || `#${reader.index} ${reader.op}`}${reader.inputs.length > 1 ? ` (input ${slot})` : ''}`;
+}
 
 // "#4 x = gather(embedding, input_ids)", "#5 matmul(x, weights)", "#0 embedding".
 function signature(t, v) {
-  if (!v.op) return `#${v.index} ${v.label || v.kind}`;
+  if (!v.op) return v.label ? `#${v.index} ${v.label}` : nameOf(t, v);
   const head = v.label ? `#${v.index} ${v.label} = ` : `#${v.index} `;
   return `${head}${v.op}(${v.inputs.map((id) => nameOf(t, t.byId.get(id))).join(', ')})`;
 }
 
-const rowName = (v, row) => `row ${row}${v.rows && v.rows[row] !== undefined ? ` (${v.rows[row]})` : ''}`;
+// "row 17 (e)", or "row 17" where the row has no name ("": a vocabulary's padding)
+const rowName = (v, row) => `row ${row}${v.rows && v.rows[row] ? ` (${visible(v.rows[row])})` : ''}`;
+
+// The part of `to` an event went to: "row 0 (red)", a region "[:, 3:4, :]", or '' for all of it.
+const partName = (to, ev) => (ev.row !== null ? rowName(to, ev.row) : ev.region ? ev.region.index : '');
 
 function slotName(t, ev) {
-  const to = t.byId.get(ev.to);
-  return `d ${nameOf(t, to)}${ev.row !== null ? `, ${rowName(to, ev.row)}` : ''}`;
+  const to = t.byId.get(ev.to), part = partName(to, ev);
+  return `d ${nameOf(t, to)}${part ? `, ${part}` : ''}`;
+}
+
+// Where element j of an event's contribution lies in its value: all of it, a row, or a region's walk.
+function elementOf(to, ev, j, n) {
+  if (ev.region) {
+    const { shape, strides, offset } = ev.region;
+    let at = offset;
+    for (let d = shape.length - 1; d >= 0; d--) {
+      at += (j % shape[d]) * strides[d];
+      j = Math.floor(j / shape[d]);
+    }
+    return at;
+  }
+  return ev.row !== null ? ev.row * n + j : j;
 }
 
 // Forward value by value, backward contribution by contribution (a visit that sent nothing is a
-// step of its own), then the summary: the same walk as apps/tape/walk.cpp. `done` counts the
-// contributions made by the end of the step.
-function walk(t) {
-  const steps = t.values.map((v, i) => ({ phase: 'forward', entry: i, event: -1, done: 0 }));
+// step of its own), then the summary: the same walk as apps/tape/walk.cpp. With rowsAsOne, the row
+// contributions one visit sends to one input in a row (an embedding's, one per token) are one step:
+// events `event` to `last`. `done` counts the contributions made by the end of the step.
+function walk(t, rowsAsOne) {
+  const steps = t.values.map((v, i) => ({ phase: 'forward', entry: i, event: -1, last: -1, done: 0 }));
+  const sameRows = (a, b) => b.node === a.node && b.row !== null && b.to === a.to && b.input === a.input;
   let next = 0;
   t.visits.forEach((node, visit) => {
     const first = next;
     while (next < t.events.length && t.events[next].node === node) {
-      steps.push({ phase: 'backward', visit, event: next, done: next + 1 });
-      next++;
+      let last = next;
+      if (rowsAsOne && t.events[next].row !== null)
+        while (last + 1 < t.events.length && sameRows(t.events[next], t.events[last + 1])) last++;
+      steps.push({ phase: 'backward', visit, event: next, last, done: last + 1 });
+      next = last + 1;
     }
-    if (next === first) steps.push({ phase: 'backward', visit, event: -1, done: next });
+    if (next === first) steps.push({ phase: 'backward', visit, event: -1, last: -1, done: next });
   });
-  steps.push({ phase: 'summary', event: -1, done: t.events.length });
+  steps.push({ phase: 'summary', event: -1, last: -1, done: t.events.length });
   return steps;
 }
+
+// The events a step shows (none for a forward step, a summary or a visit that sent nothing).
+const eventsOf = (t, step) => (step && step.event >= 0 ? t.events.slice(step.event, step.last + 1) : []);
+const lostIn = (t, step) => eventsOf(t, step).some((e) => e.kind === 'overwritten');
 
 // Layered layout, top to bottom: an op sits one layer below its deepest input; a parameter or an
 // input sits just above its first reader, so it is drawn next to where it is used. Within a layer,
@@ -197,13 +267,14 @@ function graphSvg(t, step) {
     const ev = t.events[i], reader = t.byNode.get(ev.node);
     const { x1, y1, x2, y2 } = edgeEnds(t, ev.to, reader.id, ev.input);
     const lost = ev.kind === 'overwritten' ? ' lost' : '';
-    const now = event !== null && i === step.event;
+    const now = event !== null && i >= step.event && i <= step.last;
     flows += `<path class="flow${now ? ' now' : ' done'}${lost}" d="${curve(x2, y2, x1, y1)}" marker-end="url(#${t.key}-${lost ? 'lost' : 'gradient'})"/>`;
-    if (now) {
-      const label = ev.kind === 'overwritten' ? `LOST · ${ev.row !== null ? rowName(t.byId.get(ev.to), ev.row) : 'overwritten'}`
-        : ev.row !== null ? rowName(t.byId.get(ev.to), ev.row) : `d ${nameOf(t, t.byId.get(ev.to))}`;
+    if (now && i === step.last) {  // one chip, on the step's last contribution
+      const part = step.last > step.event ? `${step.last - step.event + 1} rows` : partName(t.byId.get(ev.to), ev);
+      const chipLost = lostIn(t, step) ? ' lost' : '';
+      const label = chipLost ? `LOST · ${part || 'overwritten'}` : part || `d ${nameOf(t, t.byId.get(ev.to))}`;
       const w = 12 + label.length * 7, cx = (x1 + x2) / 2, cy = (y1 + y2) / 2;
-      flows += `<g class="chip${lost}"><rect x="${cx - w / 2}" y="${cy - 11}" width="${w}" height="22" rx="11"/>` +
+      flows += `<g class="chip${chipLost}"><rect x="${cx - w / 2}" y="${cy - 11}" width="${w}" height="22" rx="11"/>` +
         `<text x="${cx}" y="${cy + 4}" text-anchor="middle">${esc(label)}</text></g>`;
     }
   }
@@ -213,7 +284,7 @@ function graphSvg(t, step) {
     if (current && v.index > current.index) cls += ' future';
     if (current && v.id === current.id) cls += ' current';
     if (visiting && v.id === visiting.id) cls += ' visiting';
-    if (event && v.id === event.to) cls += ` receiving${event.kind === 'overwritten' ? ' lost' : ''}`;
+    if (event && v.id === event.to) cls += ` receiving${lostIn(t, step) ? ' lost' : ''}`;
     const sub = v.op ? `${v.op} ${shapeStr(v.shape)}` : `${v.kind} ${shapeStr(v.shape)}`;
     nodes += `<g class="node ${cls}" data-id="${v.id}"><title>${esc(signature(t, v))}</title>` +
       `<rect class="halo" x="${x - 4}" y="${y - 4}" width="${NODE_W + 8}" height="${NODE_H + 8}" rx="11"/>` +
@@ -239,31 +310,35 @@ function forwardDetail(t, v) {
     const what = v.kind === 'parameter' ? 'a <b>parameter</b>: it is trained, so the backward pass will give it a gradient'
       : v.kind === 'input' ? 'an <b>input</b>: data, it gets no gradient'
         : 'computed without a node on the tape: no gradient flows through it';
-    return `<h3><code>${esc(signature(t, v))}</code></h3><p class="note">${what}. <small>${esc(where)}</small></p>` +
-      `<h4>value</h4>${tensorTable(v.value, v.rows || [])}`;
+    const read = t.readerOf.get(v.id);
+    const readBy = read ? ` First read by <code>${esc(signature(t, read[0]))}</code>, as its input ${read[1]}.` : '';
+    return `<h3><code>${esc(signature(t, v))}</code></h3><p class="note">${what}.${readBy} <small>${esc(where)}</small></p>` +
+      `<h4>value</h4>${valueTable(t, v)}`;
   }
   const inputs = v.inputs.map((id, k) => {
     const x = t.byId.get(id);
-    return `<div><h4>input ${k} · ${esc(nameOf(t, x))} <small>${x.kind} ${shapeStr(x.shape)}</small></h4>${tensorTable(x.value, x.rows || [])}</div>`;
+    return `<div><h4>input ${k} · ${esc(nameOf(t, x))} <small>${x.kind} ${shapeStr(x.shape)}</small></h4>${valueTable(t, x)}</div>`;
   }).join('');
   return `<h3><code>${esc(signature(t, v))}</code></h3>${ruleLine(t, v.op, 0)}` +
-    `<div class="io">${inputs}<div><h4>output · ${esc(nameOf(t, v))} <small>${shapeStr(v.shape)}</small></h4>${tensorTable(v.value, v.rows || [])}</div></div>`;
+    `<div class="io">${inputs}<div><h4>output · ${esc(nameOf(t, v))} <small>${shapeStr(v.shape)}</small></h4>${valueTable(t, v)}</div></div>`;
 }
 
 // The receiving gradient as it stands after event i, rebuilt from the "after" slices of the
 // events into it; null when part of it is unknown (a gradient from before this pass) or too large
-// to list. A first row event that sets means the engine's scatter started from zeros.
+// to list. A first row or region event that sets means the engine started from zeros.
 function gradientSoFar(t, i) {
   const target = t.events[i].to, to = t.byId.get(target);
   if (to.value.truncated) return null;
   const mine = t.events.slice(0, i + 1).filter((e) => e.to === target);
-  const fromZeros = mine[0].row !== null && mine[0].kind === 'set';
+  const fromZeros = (mine[0].row !== null || Boolean(mine[0].region)) && mine[0].kind === 'set';
   const values = new Array(to.value.count).fill(0), known = new Array(to.value.count).fill(fromZeros);
-  const rowSize = to.shape.length > 1 ? to.shape.slice(1).reduce((a, b) => a * b, 1) : 1;
   for (const e of mine) {
     if (!e.after || e.after.truncated) return null;
-    const start = e.row !== null ? e.row * rowSize : 0;
-    e.after.values.forEach((x, j) => { values[start + j] = num(x); known[start + j] = true; });
+    e.after.values.forEach((x, j) => {
+      const at = elementOf(to, e, j, e.after.count);
+      values[at] = num(x);
+      known[at] = true;
+    });
   }
   return known.every(Boolean) ? { ...to.value, values } : null;
 }
@@ -274,6 +349,7 @@ function backwardDetail(t, step) {
   const incoming = `<div><h4>incoming gradient · d ${esc(nameOf(t, reader))} <small>${shapeStr(reader.shape)}</small></h4>${tensorTable(reader.grad, reader.rows || [])}</div>`;
   if (step.event < 0) return `${html}<div class="io">${incoming}</div><div class="verdict none">It sends nothing: none of its inputs needs a gradient.</div>`;
 
+  if (step.last > step.event) return html + rowsDetail(t, step, incoming);
   const ev = t.events[step.event], to = t.byId.get(ev.to), slot = slotName(t, ev);
   html += `<div class="io">${incoming}<div><h4>flows to · ${esc(slot)} <small>input ${ev.input} of ${esc(ev.op)}</small></h4>${tensorTable(ev.contribution)}</div></div>`;
   if (ev.kind === 'overwritten') {
@@ -295,6 +371,34 @@ function backwardDetail(t, step) {
   return html;
 }
 
+// A step of several row contributions (rows as one step): how many went where, each row's in a
+// table (the first LIST_LIMIT), what was lost, and the receiving gradient after the last.
+function rowsDetail(t, step, incoming) {
+  const events = eventsOf(t, step), first = events[0], to = t.byId.get(first.to);
+  const rows = new Set(events.map((e) => e.row));
+  const count = (kind) => events.filter((e) => e.kind === kind).length;
+  const lost = count('overwritten');
+  let html = `<div class="io">${incoming}<div><h4>flows to · d ${esc(nameOf(t, to))}, ${events.length} rows ` +
+    `<small>input ${first.input} of ${esc(first.op)}</small></h4>` +
+    `<p class="note">${events.length} row contributions to ${rows.size} distinct row${rows.size === 1 ? '' : 's'}, one step ` +
+    `(<b>r</b> or <b>rows as one step</b> walks them one by one).</p></div></div>`;
+  html += '<table class="rows"><tr><th>#</th><th>row</th><th>kind</th><th>contribution</th><th>after</th></tr>' +
+    events.slice(0, LIST_LIMIT).map((e, j) => `<tr class="${e.kind}"><td>${step.event + j}</td><td>${esc(rowName(to, e.row))}</td>` +
+      `<td>${e.kind === 'overwritten' ? 'LOST' : e.kind}</td><td><code>${esc(inline(e.contribution, 4))}</code></td>` +
+      `<td><code>${e.after ? esc(inline(e.after, 4)) : ''}</code></td></tr>`).join('') + '</table>' +
+    (events.length > LIST_LIMIT ? `<p class="note">… and ${events.length - LIST_LIMIT} more rows</p>` : '');
+  html += lost
+    ? `<div class="verdict lost"><b class="kind">LOST</b> ${lost} of these ${events.length} contributions overwrote a row that ` +
+      'already held one: each of those earlier contributions is thrown away.</div>'
+    : `<div class="verdict added"><b class="kind">ROWS</b> ${count('set')} set a row that held no gradient, ${count('added')} ` +
+      'added to a row that did: rows picked more than once sum their contributions.</div>';
+  const sofar = gradientSoFar(t, step.last);
+  if (sofar)
+    html += `<h4>d ${esc(nameOf(t, to))} so far <small>${shapeStr(to.shape)}</small></h4>` +
+      tensorTable(sofar, to.rows || [], (r) => (rows.has(r) ? 'hit' : ''));
+  return html;
+}
+
 function checkLine(t) {
   const c = t.check;
   if (!c) return '<p class="note">gradient check: not run for this dump</p>';
@@ -310,10 +414,11 @@ function summaryDetail(t) {
     `<div><h4>d ${esc(nameOf(t, v))} <small>${shapeStr(v.shape)}</small></h4>${tensorTable(v.grad, v.rows || [])}</div>`).join('') + '</div>';
   if (params.length > LIST_LIMIT) html += `<p class="note">… and ${params.length - LIST_LIMIT} more parameters: see <b>Final gradients</b> below.</p>`;
   html += checkLine(t);
-  const lost = t.steps.map((s, i) => [s, i]).filter(([s]) => s.event >= 0 && t.events[s.event].kind === 'overwritten');
+  const lost = [];
+  t.steps.forEach((s, i) => eventsOf(t, s).forEach((e) => { if (e.kind === 'overwritten') lost.push([e, i]); }));
   html += lost.length
     ? `<div class="verdict lost"><b class="kind">LOST</b> ${lost.length} contribution${lost.length > 1 ? 's' : ''} overwritten: ` +
-      lost.slice(0, LIST_LIMIT).map(([s, i]) => `step ${i + 1}, ${esc(slotName(t, t.events[s.event]))}`).join('; ') +
+      lost.slice(0, LIST_LIMIT).map(([e, i]) => `step ${i + 1}, ${esc(slotName(t, e))}`).join('; ') +
       (lost.length > LIST_LIMIT ? `; … and ${lost.length - LIST_LIMIT} more` : '') + '</div>'
     : `<div class="verdict none">No contribution was lost${t.mode === 'accumulate' ? ': contributions that meet are added.' : '.'}</div>`;
   return html;
@@ -364,8 +469,8 @@ function itemsOf(t, g) {
 
 function rowHtml(t, i) {
   const v = t.values[i];
-  const name = v.label || v.op || v.kind;
-  const what = v.op && v.label ? `${v.op} ` : v.op ? '' : `${v.kind} `;
+  const name = v.label || v.op || nameOf(t, v).replace(/^#\d+ /, '');
+  const what = v.op && v.label ? `${v.op} ` : v.op || !v.label ? '' : `${v.kind} `;
   return `<li class="row ${v.kind}" data-index="${i}" title="${esc(signature(t, v))}"><span class="idx">#${i}</span> ` +
     `<span class="rname">${esc(name)}</span> <small>${esc(what)}${shapeStr(v.shape)}</small></li>`;
 }
@@ -441,7 +546,7 @@ function markOutline(t, step) {
     marks.push([t.byNode.get(t.visits[step.visit]).index, ['visiting']]);
     if (step.event >= 0) {
       const ev = t.events[step.event];
-      marks.push([t.byId.get(ev.to).index, ev.kind === 'overwritten' ? ['receiving', 'lost'] : ['receiving']]);
+      marks.push([t.byId.get(ev.to).index, lostIn(t, step) ? ['receiving', 'lost'] : ['receiving']]);
     }
   }
   let first = null;
@@ -490,8 +595,9 @@ function setupOutline(t, panel) {
 // ---- the page -----------------------------------------------------------------------------------
 
 const tapes = JSON.parse(document.getElementById('tapes').textContent).map((source, i) => prepare(source, `tape${i}`));
-const count = Math.max(...tapes.map((t) => t.steps.length));
+let count = Math.max(...tapes.map((t) => t.steps.length));
 let at = 0;
+let rowsAsOne = false;  // the control "rows as one step" (key r)
 
 const MODE_NOTE = {
   accumulate: 'correct: contributions that meet are added',
@@ -516,8 +622,77 @@ function setup() {
     `<div class="detail"></div></div></article>`).join('');
   tapes.forEach((t, i) => { if (t.outline) setupOutline(t, document.getElementById(`panel-${i}`)); });
 
+  renderTimeline();
+  document.getElementById('timeline').addEventListener('click', (e) => {
+    if (e.target.dataset.step !== undefined) go(Number(e.target.dataset.step));
+  });
+  const rowsControl = document.getElementById('rows-as-one');
+  rowsControl.parentElement.hidden = !tapes.some((t) => t.hasRows);
+  rowsControl.addEventListener('change', () => setRowsAsOne(rowsControl.checked));
+
+  renderLosses();
+  document.getElementById('losses').addEventListener('click', (e) => {
+    if (e.target.dataset.step !== undefined) go(Number(e.target.dataset.step));
+  });
+
+  document.getElementById('finals').innerHTML = finals();
+  const more = document.getElementById('all-finals');
+  if (more) more.addEventListener('toggle', () => {
+    if (more.open && !more.querySelector('.grid')) more.insertAdjacentHTML('beforeend', finalsGrid(tapes[0].values.filter((v) => v.kind === 'parameter')));
+  });
+  document.getElementById('first').addEventListener('click', () => go(0));
+  document.getElementById('back').addEventListener('click', () => go(at - 1));
+  document.getElementById('next').addEventListener('click', () => go(at + 1));
+  document.getElementById('last').addEventListener('click', () => go(count - 1));
+  document.addEventListener('keydown', (e) => {
+    if (e.altKey || e.ctrlKey || e.metaKey || e.target.matches('input')) return;  // typing a search, or the slider's own keys
+    if (e.key === 'r' && !rowsControl.parentElement.hidden) {
+      e.preventDefault();
+      setRowsAsOne(!rowsAsOne);
+      return;
+    }
+    const moves = { ArrowRight: at + 1, ' ': at + 1, n: at + 1, ArrowLeft: at - 1, b: at - 1, Home: 0, End: count - 1 };
+    if (!(e.key in moves)) return;
+    e.preventDefault();
+    go(moves[e.key]);
+  });
+  // #step=N in the address opens step N (and follows edits of the address); #rows&step=N with the
+  // rows as one step
+  const fromHash = () => {
+    const hash = /^#(rows&)?step=(\d+)$/.exec(location.hash);
+    if (hash && Boolean(hash[1]) !== rowsAsOne) setRowsAsOne(Boolean(hash[1]), false);
+    go(hash ? Number(hash[2]) - 1 : 0);
+  };
+  window.addEventListener('hashchange', fromHash);
+  fromHash();
+}
+
+// Walks every tape again with the rows as one step or one by one, staying at the same place: the
+// step showing the same value, or the step holding the same contribution.
+function setRowsAsOne(on, stay = true) {
+  const lead = tapes.find((t) => t.steps[at]) || tapes[0];
+  const was = lead.steps[at];
+  rowsAsOne = on;
+  document.getElementById('rows-as-one').checked = on;
+  for (const t of tapes) t.steps = walk(t, on);
+  count = Math.max(...tapes.map((t) => t.steps.length));
+  renderTimeline();
+  renderLosses();
+  if (!stay) return;
+  const steps = lead.steps;
+  const found = was.phase === 'summary' ? steps.length - 1
+    : was.event >= 0 ? steps.findIndex((s) => s.event >= 0 && s.event <= was.event && was.event <= s.last)
+      : was.phase === 'backward' ? steps.findIndex((s) => s.phase === 'backward' && s.visit === was.visit) : at;
+  go(found < 0 ? at : found);
+}
+
+// Whether any tape's step i shows a contribution that was lost.
+const lostAt = (i) => tapes.some((t) => lostIn(t, t.steps[i]));
+
+// A button per step, or for a long walk the phases as bands, losses as ticks, and a slider.
+function renderTimeline() {
   const timeline = document.getElementById('timeline');
-  const lostAt = (i) => tapes.some((t) => t.steps[i] && t.steps[i].event >= 0 && t.events[t.steps[i].event].kind === 'overwritten');
+  timeline.classList.remove('scrub');
   if (count <= TIMELINE_BUTTONS) {
     timeline.innerHTML = Array.from({ length: count }, (_, i) => {
       const step = tapes.map((t) => t.steps[i]).find((s) => s);
@@ -536,56 +711,26 @@ function setup() {
       `<input type="range" id="scrub" min="0" max="${count - 1}" value="0" aria-label="step">`;
     document.getElementById('scrub').addEventListener('input', (e) => go(Number(e.target.value)));
   }
-  timeline.addEventListener('click', (e) => {
-    if (e.target.dataset.step !== undefined) go(Number(e.target.dataset.step));
-  });
+}
 
+// The list of lost contributions, each with the step that shows it and what the other run did there.
+function renderLosses() {
   let items = [];
-  tapes.forEach((t) => t.steps.forEach((s, i) => {
-    if (s.phase !== 'backward' || s.event < 0 || t.events[s.event].kind !== 'overwritten') return;
-    const ev = t.events[s.event];
+  tapes.forEach((t) => t.steps.forEach((s, i) => eventsOf(t, s).forEach((ev, j) => {
+    if (ev.kind !== 'overwritten') return;
     const others = tapes.filter((o) => o !== t && o.steps[i] && o.steps[i].event >= 0).map((o) => {
-      const oe = o.events[o.steps[i].event];
-      return oe.to === ev.to && oe.row === ev.row && oe.after
+      const oe = o.events[o.steps[i].event + j];
+      return oe && oe.to === ev.to && oe.row === ev.row && (oe.region || {}).index === (ev.region || {}).index && oe.after
         ? ` In ${esc(o.file)} (${o.mode}) the same contribution is ${oe.kind}: ${esc(slotName(o, oe))} becomes <code>${esc(inline(oe.after))}</code>.` : '';
     }).join('');
     items.push(`<li><button data-step="${i}">step ${i + 1}</button><b>${esc(t.file)}</b>: the backward of ${esc(ev.op)} writes ` +
       `<code>${esc(inline(ev.contribution))}</code> over ${esc(slotName(t, ev))}, which held <code>${esc(inline(ev.discarded))}</code>: that gradient is lost.${others}</li>`);
-  }));
+  })));
   const losses = document.getElementById('losses');
   if (items.length > LIST_LIMIT)
     items = [...items.slice(0, LIST_LIMIT), `<li>… and ${items.length - LIST_LIMIT} more (the red ticks of the timeline)</li>`];
-  if (items.length) {
-    losses.hidden = false;
-    losses.innerHTML = `<h2>Where gradient is lost</h2><ul>${items.join('')}</ul>`;
-    losses.addEventListener('click', (e) => {
-      if (e.target.dataset.step !== undefined) go(Number(e.target.dataset.step));
-    });
-  }
-
-  document.getElementById('finals').innerHTML = finals();
-  const more = document.getElementById('all-finals');
-  if (more) more.addEventListener('toggle', () => {
-    if (more.open && !more.querySelector('.grid')) more.insertAdjacentHTML('beforeend', finalsGrid(tapes[0].values.filter((v) => v.kind === 'parameter')));
-  });
-  document.getElementById('first').addEventListener('click', () => go(0));
-  document.getElementById('back').addEventListener('click', () => go(at - 1));
-  document.getElementById('next').addEventListener('click', () => go(at + 1));
-  document.getElementById('last').addEventListener('click', () => go(count - 1));
-  document.addEventListener('keydown', (e) => {
-    if (e.altKey || e.ctrlKey || e.metaKey || e.target.matches('input')) return;  // typing a search, or the slider's own keys
-    const moves = { ArrowRight: at + 1, ' ': at + 1, n: at + 1, ArrowLeft: at - 1, b: at - 1, Home: 0, End: count - 1 };
-    if (!(e.key in moves)) return;
-    e.preventDefault();
-    go(moves[e.key]);
-  });
-  // #step=N in the address opens step N (and follows edits of the address)
-  const fromHash = () => {
-    const hash = /^#step=(\d+)$/.exec(location.hash);
-    go(hash ? Number(hash[1]) - 1 : 0);
-  };
-  window.addEventListener('hashchange', fromHash);
-  fromHash();
+  losses.hidden = !items.length;
+  losses.innerHTML = items.length ? `<h2>Where gradient is lost</h2><ul>${items.join('')}</ul>` : '';
 }
 
 const TIMELINE_BUTTONS = 300;  // steps: a longer walk gets a slider instead of a button per step
@@ -635,7 +780,7 @@ function go(i) {
   const scrub = document.getElementById('scrub');
   if (scrub) scrub.value = String(at);
   else for (const b of document.querySelectorAll('#timeline button')) b.classList.toggle('current', Number(b.dataset.step) === at);
-  history.replaceState(null, '', `#step=${at + 1}`);
+  history.replaceState(null, '', `#${rowsAsOne ? 'rows&' : ''}step=${at + 1}`);
 }
 
 setup();

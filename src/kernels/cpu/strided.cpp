@@ -1,5 +1,5 @@
 // CPU N-d kernels over strided walks (Note [strided walks] in src/kernels/strided.hpp):
-// broadcasting binary ops and their partials, comparisons, where, strided copies, reductions along
+// broadcasting binary ops and their partials, comparisons, where, strided copies and adds, reductions along
 // axes, argmax, gather / scatter along an axis, index_select / index_add, casts and clamp.
 //
 // Rule: an output element is computed by one thread, from its operands' elements in a fixed
@@ -8,8 +8,10 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "tapegrad/kernels/bf16.hpp"
 #include "tapegrad/kernels/binary_ops.hpp"
 #include "tapegrad/kernels/dtype_dispatch.hpp"
 #include "tapegrad/kernels/cpu/cpu_kernels.hpp"
@@ -187,6 +189,31 @@ void copy_strided(const Tensor& src, const View& src_view, Tensor& dst, const Vi
       });
     });
   });
+}
+
+// dst's element + src's, in f32 for bf16 and rounded once (Note [bf16 elementwise]), as binary's add
+void add_strided(const Tensor& src, const View& src_view, Tensor& dst, const View& dst_view) {
+  if (src.dtype() != dst.dtype())
+    throw Error(std::string("[add_strided] adds ") + dtype_name(src.dtype()) + " into " + dtype_name(dst.dtype()) +
+                "; the dtypes must be equal");
+  auto run = [&]<class T>() {
+    const Walk<2> w = make_walk<2>(dst_view.shape, {dst_view, src_view});
+    const T* S = static_cast<const T*>(src.raw_data());
+    T* D = static_cast<T*>(dst.raw_data());
+    parallel_for(w.numel, walk_chunk(w, sizeof(T), Work::streaming), [&](int64_t begin, int64_t end) {
+      for_each_run(w, begin, end, [&](const int64_t* off, int64_t n, const int64_t* s) {
+        T* d = D + off[0];
+        const T* x = S + off[1];
+        for (int64_t j = 0; j < n; ++j) {
+          T& o = d[j * s[0]];
+          if constexpr (std::is_same_v<T, kernels::bf16>) o = kernels::to_bf16(kernels::widen(o) + kernels::widen(x[j * s[1]]));
+          else o = o + x[j * s[1]];
+        }
+      });
+    });
+  };
+  if (dst.dtype() == DType::bf16) return run.template operator()<kernels::bf16>();
+  dispatch_float("add_strided", dst.dtype(), [&]<class T>() { run.template operator()<T>(); });
 }
 
 // Each output element reduces its inner walk in order, in double. When the reduced axes are all

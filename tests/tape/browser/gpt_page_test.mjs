@@ -5,7 +5,8 @@
 // printed, never asserted (a test's wall clock says more about the machine's load than the page).
 // On the tiny GPT: the outline groups values by scope, collapsed,
 // groups expand and collapse (their rows enter and leave the DOM), the search finds values by name
-// and expands their groups, and stepping marks the groups that hold the step's values.
+// and expands their groups, and stepping marks the groups that hold the step's values; the dump's
+// vocabulary shows the batch as tokens, and "rows as one step" folds the embeddings' rows.
 //
 //   node gpt_page_test.mjs GPT.html BIG.html SCREENSHOT.png
 import assert from 'node:assert/strict';
@@ -112,6 +113,38 @@ try {
     assert.equal(marked.length, 1);
     assert.ok((await classesOf(page, head(marked[0]))).includes('receiving'));
     assert.match(await text(page, '#panel-0 .detail'), new RegExp(`flows to · d ${marked[0]}\\.weight, row \\d+`));
+  });
+  await check('the vocabulary names the batch\'s tokens and the table\'s rows; an unlabelled input is named by its reader', async () => {
+    await page.locator('#panel-0 .find').fill('ids');
+    await page.locator('#panel-0 .tree li.row').first().click();
+    assert.match(await text(page, '#panel-0 .detail h3'), /#\d+ ids/);
+    assert.match(await text(page, '#panel-0 .detail'), /\[\\n, n, c, b, E, \?, t, r, …\] \(first 8 of 1024\)/);
+    await page.locator('#panel-0 .find').fill('');
+    // the positions: an input no label names and no op on the tape reads (the embedding reshapes it
+    // with no node), named by shape; its reshape, by the gather that reads it
+    const [positions, reshaped] = await page.evaluate(() => [
+      tapes[0].values.findIndex((v) => v.kind === 'input' && !v.label),
+      tapes[0].values.findIndex((v) => v.kind === 'activation' && !v.op && v.shape.length === 1 && v.shape[0] === 64)]);
+    await page.locator('#scrub').fill(String(positions));
+    assert.equal(await text(page, '#panel-0 .detail h3'), `#${positions} input (64,) i64`);
+    await page.locator('#scrub').fill(String(reshaped));
+    assert.match(await text(page, '#panel-0 .detail h3'), new RegExp(`^#${reshaped} activation to #\\d+ gather \\(input 1\\)$`));
+    assert.match(await text(page, '#panel-0 .detail'), /First read by #\d+ gather\(wpe\.weight, #\d+ activation to #\d+ gather \(input 1\)\), as its input 1/);
+  });
+  await check(`rows as one step: the embeddings' rows fold, ${tiny.steps} steps become far fewer`, async () => {
+    await page.evaluate(() => document.activeElement.blur());  // the keys are the slider's while it has the focus
+    await page.keyboard.press('r');
+    const folded = await page.evaluate(() => count);
+    assert.equal(folded, tiny.steps - 1024 - 64 + 2);
+    await page.keyboard.press('End');
+    await page.keyboard.press('ArrowLeft');
+    assert.equal(await text(page, '#step-label'), `Step ${folded - 1} of ${folded}`);
+    const detail = await text(page, '#panel-0 .detail');
+    assert.match(detail, /flows to · d w[tp]e\.weight, (1024|64) rows/);
+    assert.match(detail, /row contributions to \d+ distinct rows, one step/);
+    assert.match(detail, /… and \d+ more rows/);
+    await page.keyboard.press('r');
+    assert.equal(await text(page, '#step-label'), `Step ${tiny.steps - (detail.includes('1024 rows') ? 1024 : 64)} of ${tiny.steps}`);
   });
   await page.locator(head('h')).click();
   await page.locator(head('h.0')).click();

@@ -6,7 +6,8 @@
 //
 // PAIR.html is `tape html good.json bad.json` of tiny_step (correct run, overwrite-bug run),
 // SINGLE.html `tape html good.json`. The screenshot shows the pair at the step where the gradient
-// of the repeated token "red" is lost. Exit 0 when every check passes, 1 otherwise.
+// of the repeated token "red" is lost. The control "rows as one step" (key r) folds the gather's
+// row contributions into one step, and back. Exit 0 when every check passes, 1 otherwise.
 import assert from 'node:assert/strict';
 import { check, checksPassed, launch, open as openIn, text } from './harness.mjs';
 
@@ -79,6 +80,37 @@ try {
     assert.deepEqual(await page.locator('#finals tr.differs th').allInnerTexts(), ['red', 'red']);
   });
   await page.screenshot({ path: screenshotPath, fullPage: true });
+  await check('rows as one step (r): the gather\'s three rows are one step, the loss among them', async () => {
+    assert.equal(await page.locator('#rows-as-one').isVisible(), true);
+    await page.keyboard.press('Home');
+    await page.keyboard.press('r');
+    assert.equal(await text(page, '#step-label'), 'Step 1 of 16');
+    assert.equal(await page.locator('#rows-as-one').isChecked(), true);
+    await page.keyboard.press('End');
+    await page.keyboard.press('ArrowLeft');
+    assert.equal(await text(page, '#step-label'), 'Step 15 of 16');
+    assert.match(await text(page, '#phase'), /backward · visit 4 of 4 \(gather\)/);
+    assert.match(await text(page, '#panel-1 .detail'), /flows to · d embedding, 3 rows/);
+    assert.deepEqual(await page.locator('#panel-1 .detail table.rows td:nth-child(2)').allInnerTexts(),
+      ['row 0 (red)', 'row 1 (green)', 'row 0 (red)']);
+    assert.match(await text(page, '#panel-1 .verdict'), /LOST 1 of these 3 contributions overwrote a row/);
+    assert.match(await text(page, '#panel-0 .verdict'), /ROWS 2 set a row that held no gradient, 1 added to a row that did/);
+    assert.equal(await page.locator('#panel-1 svg g.node.receiving.lost').getAttribute('data-id'), '-1');
+    assert.match(await text(page, '#losses'), /step 15.*bad\.json.*gather.*d embedding, row 0 \(red\)/s);
+    assert.equal(new URL(page.url()).hash, '#rows&step=15');
+  });
+  await check('unticking it walks the rows one by one again, at the first of them', async () => {
+    await page.locator('#rows-as-one').click();
+    assert.equal(await text(page, '#step-label'), 'Step 15 of 18');
+    assert.match(await text(page, '#panel-0 .detail'), /flows to · d embedding, row 0 \(red\)/);
+    assert.equal(new URL(page.url()).hash, '#step=15');
+  });
+  await check('#rows&step=N opens a page with the rows as one step', async () => {
+    await page.goto(`${page.url().split('#')[0]}#rows&step=15`);
+    await page.reload();
+    assert.equal(await text(page, '#step-label'), 'Step 15 of 16');
+    assert.equal(await page.locator('#rows-as-one').isChecked(), true);
+  });
   await check('no console errors and no requests outside the page', () => assert.deepEqual(problems, []));
 
   // ---- one run alone
