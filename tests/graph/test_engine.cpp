@@ -597,7 +597,7 @@ TEST_CASE("on_gradient_final calls each parameter once its lowest reader has run
   Graph g;
   Var w = g.parameter(f64({1.0, 2.0}, Shape{2}), "w");
   Var b = g.parameter(f64({0.5, -0.5}, Shape{2}), "b");
-  Var u = g.parameter(f64({3.0}, Shape{1}), "u");
+  g.parameter(f64({3.0}, Shape{1}), "u");  // read by no node
   Var h = ops::mul(w, w);              // node 0 reads w
   Var k = ops::add(h, b);              // node 1 reads b
   Var loss = ops::sum(ops::mul(k, w));  // node 2 reads w; d/dw = 3w^2 + b, d/db = w
