@@ -303,10 +303,19 @@ void detail::set_job_abort(std::function<void(int)> abort) { g_job_abort = std::
 
 bool in_job() { return g_job_abort != nullptr; }
 
+// Note [rank 0 ends the job]
+// An input every rank refuses (a resume of another M, sparse value embeddings on ranks) makes every
+// rank call abort_job at once, and two MPI_Aborts racing in Open MPI can end a rank on a signal
+// (exit 139 where the job should exit 2). So a rank other than 0 gives rank 0 a second to end the
+// job first: the job ends with rank 0's code and message where rank 0 fails too, and a second
+// later with the failing rank's own where it fails alone.
 void abort_job(int code) {
   std::fflush(stdout);
   std::fflush(stderr);
-  if (g_job_abort) g_job_abort(code);
+  if (g_job_abort) {
+    if (placement_from_environment().rank != 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+    g_job_abort(code);
+  }
   std::_Exit(code);
 }
 
